@@ -1,0 +1,1 @@
+//! Terminal output: progress bars on a terminal, plain lines otherwise.

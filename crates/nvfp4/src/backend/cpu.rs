@@ -1,0 +1,115 @@
+//! The CPU backend, which is also the oracle for every other backend: operands are decoded to f32
+//! (exact), products summed in f64, the result scaled by alpha and rounded once to f16 (RNE).
+
+use half::f16;
+use rayon::prelude::*;
+
+use crate::format::{F16Tensor, Nvfp4Tensor};
+use crate::ops::{effective_alpha, Backend, DualGemm, Gemm, Gemv, GroupedGemm};
+use crate::Result;
+
+/// The exact, multi-threaded reference backend.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuBackend;
+
+/// Output tile processed by one task: `TILE_M` rows of A against `TILE_N` rows of B.
+const TILE_M: usize = 32;
+const TILE_N: usize = 16;
+
+/// Dot product of two decoded rows. Each f32 product is exact (a few significant bits per
+/// factor); the f64 sum is exact for the SPEC generators and far below f16 resolution otherwise.
+fn dot(a: &[f32], b: &[f32]) -> f64 {
+    let mut acc = [0f64; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ar, br) = (ac.remainder(), bc.remainder());
+    for (x, y) in ac.zip(bc) {
+        for i in 0..8 {
+            acc[i] += (x[i] * y[i]) as f64;
+        }
+    }
+    let tail: f64 = ar.iter().zip(br).map(|(x, y)| (x * y) as f64).sum();
+    acc.iter().sum::<f64>() + tail
+}
+
+/// `A[b] · B[b]ᵀ` for every batch b, in f64, `[L, M, N]`.
+fn products(a: &Nvfp4Tensor, b: &Nvfp4Tensor) -> Vec<f64> {
+    let (m, n, k) = (a.rows(), b.rows(), a.k());
+    let mut out = vec![0f64; a.l() * m * n];
+    for batch in 0..a.l() {
+        let da = a.decode_batch(batch);
+        let db = b.decode_batch(batch);
+        let (da, db) = (&da[..], &db[..]);
+        let tiles: Vec<(usize, usize)> =
+            (0..m.div_ceil(TILE_M)).flat_map(|i| (0..n.div_ceil(TILE_N)).map(move |j| (i, j))).collect();
+        let results: Vec<Vec<f64>> = tiles
+            .par_iter()
+            .map(|&(ti, tj)| {
+                let rows = ti * TILE_M..(ti * TILE_M + TILE_M).min(m);
+                let cols = tj * TILE_N..(tj * TILE_N + TILE_N).min(n);
+                rows.flat_map(|r| {
+                    let ar = &da[r * k..(r + 1) * k];
+                    cols.clone().map(move |c| dot(ar, &db[c * k..(c + 1) * k]))
+                })
+                .collect()
+            })
+            .collect();
+        let base = &mut out[batch * m * n..(batch + 1) * m * n];
+        for (&(ti, tj), vals) in tiles.iter().zip(results) {
+            let width = (tj * TILE_N + TILE_N).min(n) - tj * TILE_N;
+            for (idx, v) in vals.into_iter().enumerate() {
+                base[(ti * TILE_M + idx / width) * n + tj * TILE_N + idx % width] = v;
+            }
+        }
+    }
+    out
+}
+
+fn round_f16(sums: &[f64], alpha: f32) -> Vec<f16> {
+    sums.iter().map(|&s| f16::from_f64(s * alpha as f64)).collect()
+}
+
+impl CpuBackend {
+    fn gemm_parts(a: &Nvfp4Tensor, b: &Nvfp4Tensor, alpha: Option<f32>) -> Result<F16Tensor> {
+        let data = round_f16(&products(a, b), effective_alpha(alpha, a, b));
+        F16Tensor::new(a.l(), a.rows(), b.rows(), data)
+    }
+}
+
+/// SiLU in FP32 as SPEC §3 states it: x / (1 + e^-x).
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn gemv(&self, p: &Gemv) -> Result<F16Tensor> {
+        Self::gemm_parts(&p.a, &p.b, p.alpha)
+    }
+
+    fn gemm(&self, p: &Gemm) -> Result<F16Tensor> {
+        Self::gemm_parts(&p.a, &p.b, p.alpha)
+    }
+
+    fn dual_gemm(&self, p: &DualGemm) -> Result<F16Tensor> {
+        let (alpha1, alpha2) = (effective_alpha(p.alpha, &p.a, &p.b1), effective_alpha(p.alpha, &p.a, &p.b2));
+        let x1 = products(&p.a, &p.b1);
+        let x2 = products(&p.a, &p.b2);
+        let data = x1
+            .iter()
+            .zip(&x2)
+            .map(|(&s1, &s2)| {
+                let g = (s1 * alpha1 as f64) as f32;
+                let u = (s2 * alpha2 as f64) as f32;
+                f16::from_f32(silu(g) * u)
+            })
+            .collect();
+        F16Tensor::new(p.a.l(), p.a.rows(), p.b1.rows(), data)
+    }
+
+    fn grouped_gemm(&self, p: &GroupedGemm) -> Result<Vec<F16Tensor>> {
+        p.groups.iter().map(|g| Self::gemm_parts(&g.a, &g.b, g.alpha)).collect()
+    }
+}

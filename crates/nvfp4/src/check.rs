@@ -1,0 +1,160 @@
+//! The SPEC §4 checker: elementwise `|got - ref| <= 1e-3 + 1e-3 * |ref|` with NaN/+inf/-inf parity,
+//! or bit-identical comparison for data whose FP32 sums are exact.
+
+use std::fmt;
+
+use half::f16;
+
+use crate::format::F16Tensor;
+use crate::ops::Output;
+
+/// Absolute tolerance of SPEC §4.
+pub const ATOL: f64 = 1e-3;
+/// Relative tolerance of SPEC §4.
+pub const RTOL: f64 = 1e-3;
+/// How many mismatches a report keeps.
+pub const MAX_REPORTED: usize = 8;
+
+/// How strictly outputs are compared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Every element's bits equal (any NaN equals any NaN).
+    BitExact,
+    /// SPEC §4 tolerance with NaN/inf parity.
+    Tolerance,
+}
+
+/// One failing element.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Mismatch {
+    /// Output tensor (group) index.
+    pub tensor: usize,
+    /// `[l, m, n]` index inside it.
+    pub index: [usize; 3],
+    /// What the backend produced.
+    pub got: f16,
+    /// What the reference produced.
+    pub expected: f16,
+}
+
+/// Outcome of comparing two outputs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Report {
+    /// Elements compared.
+    pub elements: usize,
+    /// Elements that failed.
+    pub failures: usize,
+    /// The first failures, at most [`MAX_REPORTED`].
+    pub mismatches: Vec<Mismatch>,
+    /// A structural problem (different tensor count or shapes); fails the whole comparison.
+    pub structure: Option<String>,
+    /// Largest |got - ref| over finite pairs.
+    pub max_abs_err: f64,
+}
+
+impl Report {
+    /// True when nothing failed.
+    pub fn passed(&self) -> bool {
+        self.failures == 0 && self.structure.is_none()
+    }
+}
+
+#[derive(PartialEq)]
+enum Class {
+    Nan,
+    PosInf,
+    NegInf,
+    Finite,
+}
+
+fn class(x: f16) -> Class {
+    if x.is_nan() {
+        Class::Nan
+    } else if x.is_infinite() {
+        if x.is_sign_negative() {
+            Class::NegInf
+        } else {
+            Class::PosInf
+        }
+    } else {
+        Class::Finite
+    }
+}
+
+/// Whether one element passes under `mode`.
+pub fn element_passes(got: f16, expected: f16, mode: Mode) -> bool {
+    match mode {
+        Mode::BitExact => got.to_bits() == expected.to_bits() || (got.is_nan() && expected.is_nan()),
+        Mode::Tolerance => {
+            let (cg, ce) = (class(got), class(expected));
+            if cg != ce {
+                return false;
+            }
+            if ce != Class::Finite {
+                return true;
+            }
+            let (g, e) = (got.to_f64(), expected.to_f64());
+            (g - e).abs() <= ATOL + RTOL * e.abs()
+        }
+    }
+}
+
+/// Compares one pair of tensors, adding to `report`.
+fn compare_into(report: &mut Report, tensor: usize, got: &F16Tensor, expected: &F16Tensor, mode: Mode) {
+    if got.shape() != expected.shape() {
+        report.structure = Some(format!("output {tensor}: shape {:?}, expected {:?}", got.shape(), expected.shape()));
+        return;
+    }
+    let [_, rows, cols] = expected.shape();
+    for (i, (&g, &e)) in got.data().iter().zip(expected.data()).enumerate() {
+        report.elements += 1;
+        if g.is_finite() && e.is_finite() {
+            report.max_abs_err = report.max_abs_err.max((g.to_f64() - e.to_f64()).abs());
+        }
+        if !element_passes(g, e, mode) {
+            report.failures += 1;
+            if report.mismatches.len() < MAX_REPORTED {
+                let index = [i / (rows * cols), (i / cols) % rows, i % cols];
+                report.mismatches.push(Mismatch { tensor, index, got: g, expected: e });
+            }
+        }
+    }
+}
+
+/// Compares two tensors.
+pub fn compare(got: &F16Tensor, expected: &F16Tensor, mode: Mode) -> Report {
+    let mut r = Report::default();
+    compare_into(&mut r, 0, got, expected, mode);
+    r
+}
+
+/// Compares two operation outputs (one tensor, or one per group).
+pub fn compare_outputs(got: &Output, expected: &Output, mode: Mode) -> Report {
+    let mut r = Report::default();
+    let (g, e) = (got.tensors(), expected.tensors());
+    if g.len() != e.len() {
+        r.structure = Some(format!("{} output tensors, expected {}", g.len(), e.len()));
+        return r;
+    }
+    for (i, (gt, et)) in g.iter().zip(e).enumerate() {
+        compare_into(&mut r, i, gt, et, mode);
+    }
+    r
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(s) = &self.structure {
+            return write!(f, "FAIL: {s}");
+        }
+        if self.passed() {
+            return write!(f, "pass ({} elements, max abs err {:.3e})", self.elements, self.max_abs_err);
+        }
+        write!(f, "FAIL: {} of {} elements", self.failures, self.elements)?;
+        for m in &self.mismatches {
+            let [l, i, j] = m.index;
+            write!(f, "\n  out{}[{l}, {i}, {j}]: got {}, expected {}", m.tensor, m.got, m.expected)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,1 @@
+//! safetensors case files and checkpoint weights.

@@ -1,0 +1,20 @@
+//! nvfp4: exact NVFP4 matrix kernels (4-bit E2M1 values, an E4M3 scale per 16 elements) for
+//! NVIDIA Hopper, with an exact multi-threaded CPU backend that doubles as the reference.
+//!
+//! Layers: [`format`] (codecs, packing, quantizer, scale layouts, tensors), [`problem`] (shapes,
+//! catalogue, generators), [`ops`] (the operation API and the [`Backend`] trait), [`backend`]
+//! (cpu, cuda), [`check`] (the SPEC §4 comparison) and [`io`] (safetensors files).
+
+pub mod backend;
+pub mod check;
+mod error;
+pub mod format;
+pub mod io;
+pub mod ops;
+pub mod problem;
+
+pub use backend::CpuBackend;
+pub use error::{Error, Result};
+pub use format::{F16Tensor, GlobalScale, Nvfp4Tensor, ScaleLayout};
+pub use ops::{Backend, DualGemm, Gemm, Gemv, GroupedGemm, Output, Problem};
+pub use problem::{ProblemKind, Shape};

@@ -1,0 +1,265 @@
+//! The backend-neutral operation API: one operand struct per operation (validated on
+//! construction), one [`Backend`] trait that every backend implements, and free functions
+//! that run an operation on a chosen backend.
+
+use crate::format::{F16Tensor, Nvfp4Tensor};
+use crate::{Error, Result};
+
+/// Batched GEMV: `c[l, m] = Σ_k A[l,m,k] · B[l,k]`, output f16 `[L, M, 1]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gemv {
+    /// `[L, M, K]`.
+    pub a: Nvfp4Tensor,
+    /// `[L, 1, K]`.
+    pub b: Nvfp4Tensor,
+    /// Optional FP32 factor applied before the final rounding.
+    pub alpha: Option<f32>,
+}
+
+/// GEMM: `c[l, m, n] = Σ_k A[l,m,k] · B[l,n,k]`, output f16 `[L, M, N]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gemm {
+    /// `[L, M, K]`.
+    pub a: Nvfp4Tensor,
+    /// `[L, N, K]`.
+    pub b: Nvfp4Tensor,
+    /// Optional FP32 factor applied before the final rounding.
+    pub alpha: Option<f32>,
+}
+
+/// Gated dual GEMM (SwiGLU): `c = f16(silu(A·B1ᵀ) * (A·B2ᵀ))`, both products in FP32.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DualGemm {
+    /// `[L, M, K]`.
+    pub a: Nvfp4Tensor,
+    /// `[L, N, K]`, the gate weight.
+    pub b1: Nvfp4Tensor,
+    /// `[L, N, K]`, the up weight.
+    pub b2: Nvfp4Tensor,
+    /// Optional FP32 factor applied to each product (x1 and x2) before the gate.
+    pub alpha: Option<f32>,
+}
+
+/// Grouped GEMM (MoE): G independent GEMMs with L = 1, computed in one launch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupedGemm {
+    /// The groups, each a GEMM with its own (M, N, K).
+    pub groups: Vec<Gemm>,
+}
+
+fn same_l(what: &str, x: &Nvfp4Tensor, y: &Nvfp4Tensor) -> Result<()> {
+    if x.l() != y.l() {
+        return Err(Error::Shape(format!("{what}: batch counts differ (L = {} vs {})", x.l(), y.l())));
+    }
+    Ok(())
+}
+
+fn same_k(what: &str, x: &Nvfp4Tensor, y: &Nvfp4Tensor) -> Result<()> {
+    if x.k() != y.k() {
+        return Err(Error::Shape(format!("{what}: reduction lengths differ (K = {} vs {})", x.k(), y.k())));
+    }
+    Ok(())
+}
+
+fn check_alpha(alpha: Option<f32>) -> Result<()> {
+    match alpha {
+        Some(a) if !a.is_finite() => Err(Error::Invalid(format!("alpha must be finite, got {a}"))),
+        _ => Ok(()),
+    }
+}
+
+/// The FP32 factor a kernel applies before rounding: alpha times both operands' global scales.
+pub fn effective_alpha(alpha: Option<f32>, a: &Nvfp4Tensor, b: &Nvfp4Tensor) -> f32 {
+    alpha.unwrap_or(1.0) * a.global_scale() * b.global_scale()
+}
+
+impl Gemv {
+    /// Checks that A is `[L, M, K]` and B is `[L, 1, K]`.
+    pub fn new(a: Nvfp4Tensor, b: Nvfp4Tensor, alpha: Option<f32>) -> Result<Self> {
+        same_l("gemv", &a, &b)?;
+        same_k("gemv", &a, &b)?;
+        if b.rows() != 1 {
+            return Err(Error::Shape(format!("gemv: b must have one row per batch, has {}", b.rows())));
+        }
+        check_alpha(alpha)?;
+        Ok(Self { a, b, alpha })
+    }
+    /// (M, K, L).
+    pub fn mkl(&self) -> (usize, usize, usize) {
+        (self.a.rows(), self.a.k(), self.a.l())
+    }
+}
+
+impl Gemm {
+    /// Checks that A is `[L, M, K]` and B is `[L, N, K]`.
+    pub fn new(a: Nvfp4Tensor, b: Nvfp4Tensor, alpha: Option<f32>) -> Result<Self> {
+        same_l("gemm", &a, &b)?;
+        same_k("gemm", &a, &b)?;
+        check_alpha(alpha)?;
+        Ok(Self { a, b, alpha })
+    }
+    /// (M, N, K, L).
+    pub fn mnkl(&self) -> (usize, usize, usize, usize) {
+        (self.a.rows(), self.b.rows(), self.a.k(), self.a.l())
+    }
+}
+
+impl DualGemm {
+    /// Checks that A is `[L, M, K]` and B1, B2 are both `[L, N, K]`.
+    pub fn new(a: Nvfp4Tensor, b1: Nvfp4Tensor, b2: Nvfp4Tensor, alpha: Option<f32>) -> Result<Self> {
+        same_l("dual gemm (a, b1)", &a, &b1)?;
+        same_l("dual gemm (a, b2)", &a, &b2)?;
+        same_k("dual gemm (a, b1)", &a, &b1)?;
+        same_k("dual gemm (a, b2)", &a, &b2)?;
+        if b1.rows() != b2.rows() {
+            return Err(Error::Shape(format!("dual gemm: b1 has N = {}, b2 has N = {}", b1.rows(), b2.rows())));
+        }
+        check_alpha(alpha)?;
+        Ok(Self { a, b1, b2, alpha })
+    }
+    /// (M, N, K, L).
+    pub fn mnkl(&self) -> (usize, usize, usize, usize) {
+        (self.a.rows(), self.b1.rows(), self.a.k(), self.a.l())
+    }
+}
+
+impl GroupedGemm {
+    /// Checks that there is at least one group and every group has L = 1.
+    pub fn new(groups: Vec<Gemm>) -> Result<Self> {
+        if groups.is_empty() {
+            return Err(Error::Shape("grouped gemm: no groups".into()));
+        }
+        if let Some((i, _)) = groups.iter().enumerate().find(|(_, g)| g.a.l() != 1) {
+            return Err(Error::Shape(format!(
+                "grouped gemm: group {i} has L = {}, groups must have L = 1",
+                groups[i].a.l()
+            )));
+        }
+        Ok(Self { groups })
+    }
+}
+
+/// One operation with its operands: what a case file or a generator produces.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Problem {
+    /// Batched GEMV.
+    Gemv(Gemv),
+    /// GEMM.
+    Gemm(Gemm),
+    /// Gated dual GEMM.
+    DualGemm(DualGemm),
+    /// Grouped GEMM.
+    GroupedGemm(GroupedGemm),
+}
+
+/// What an operation returns: one tensor, or one per group.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    /// GEMV, GEMM, dual GEMM.
+    Single(F16Tensor),
+    /// Grouped GEMM, in group order.
+    Grouped(Vec<F16Tensor>),
+}
+
+impl Output {
+    /// The output tensors in order (one for the non-grouped operations).
+    pub fn tensors(&self) -> &[F16Tensor] {
+        match self {
+            Output::Single(t) => std::slice::from_ref(t),
+            Output::Grouped(v) => v,
+        }
+    }
+}
+
+/// A place that can run the four operations. The CPU backend is also the reference.
+pub trait Backend: Send + Sync {
+    /// Short name (`cpu`, `cuda`).
+    fn name(&self) -> &'static str;
+    /// Batched GEMV.
+    fn gemv(&self, p: &Gemv) -> Result<F16Tensor>;
+    /// GEMM.
+    fn gemm(&self, p: &Gemm) -> Result<F16Tensor>;
+    /// Gated dual GEMM.
+    fn dual_gemm(&self, p: &DualGemm) -> Result<F16Tensor>;
+    /// Grouped GEMM, all groups in one launch.
+    fn grouped_gemm(&self, p: &GroupedGemm) -> Result<Vec<F16Tensor>>;
+}
+
+impl Problem {
+    /// Which operation this is.
+    pub fn kind(&self) -> crate::problem::ProblemKind {
+        use crate::problem::ProblemKind as K;
+        match self {
+            Problem::Gemv(_) => K::Gemv,
+            Problem::Gemm(_) => K::Gemm,
+            Problem::DualGemm(_) => K::DualGemm,
+            Problem::GroupedGemm(_) => K::GroupedGemm,
+        }
+    }
+
+    /// Runs the operation on `backend`.
+    pub fn run(&self, backend: &dyn Backend) -> Result<Output> {
+        Ok(match self {
+            Problem::Gemv(p) => Output::Single(backend.gemv(p)?),
+            Problem::Gemm(p) => Output::Single(backend.gemm(p)?),
+            Problem::DualGemm(p) => Output::Single(backend.dual_gemm(p)?),
+            Problem::GroupedGemm(p) => Output::Grouped(backend.grouped_gemm(p)?),
+        })
+    }
+
+    /// The same problem with every scale tensor converted to `layout`.
+    pub fn with_layout(&self, layout: crate::format::ScaleLayout) -> Problem {
+        let g = |p: &Gemm| Gemm { a: p.a.to_layout(layout), b: p.b.to_layout(layout), alpha: p.alpha };
+        match self {
+            Problem::Gemv(p) => {
+                Problem::Gemv(Gemv { a: p.a.to_layout(layout), b: p.b.to_layout(layout), alpha: p.alpha })
+            }
+            Problem::Gemm(p) => Problem::Gemm(g(p)),
+            Problem::DualGemm(p) => Problem::DualGemm(DualGemm {
+                a: p.a.to_layout(layout),
+                b1: p.b1.to_layout(layout),
+                b2: p.b2.to_layout(layout),
+                alpha: p.alpha,
+            }),
+            Problem::GroupedGemm(p) => Problem::GroupedGemm(GroupedGemm { groups: p.groups.iter().map(g).collect() }),
+        }
+    }
+
+    /// Bytes every input read once plus the f16 output written once (SPEC §7).
+    pub fn bytes(&self) -> u64 {
+        let out = |l: usize, m: usize, n: usize| (l * m * n * 2) as u64;
+        let gemm = |p: &Gemm| {
+            let (m, n, _, l) = p.mnkl();
+            (p.a.nbytes() + p.b.nbytes()) as u64 + out(l, m, n)
+        };
+        match self {
+            Problem::Gemv(p) => (p.a.nbytes() + p.b.nbytes()) as u64 + out(p.a.l(), p.a.rows(), 1),
+            Problem::Gemm(p) => gemm(p),
+            Problem::DualGemm(p) => {
+                let (m, n, _, l) = p.mnkl();
+                (p.a.nbytes() + p.b1.nbytes() + p.b2.nbytes()) as u64 + out(l, m, n)
+            }
+            Problem::GroupedGemm(p) => p.groups.iter().map(gemm).sum(),
+        }
+    }
+
+    /// Floating-point operations (2 per multiply-add).
+    pub fn flops(&self) -> f64 {
+        let gemm = |p: &Gemm| {
+            let (m, n, k, l) = p.mnkl();
+            2.0 * (m * n * k * l) as f64
+        };
+        match self {
+            Problem::Gemv(p) => {
+                let (m, k, l) = p.mkl();
+                2.0 * (m * k * l) as f64
+            }
+            Problem::Gemm(p) => gemm(p),
+            Problem::DualGemm(p) => {
+                let (m, n, k, l) = p.mnkl();
+                4.0 * (m * n * k * l) as f64
+            }
+            Problem::GroupedGemm(p) => p.groups.iter().map(gemm).sum(),
+        }
+    }
+}

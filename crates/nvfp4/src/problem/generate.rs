@@ -1,0 +1,90 @@
+//! Seeded generators with the SPEC §5 value distributions.
+
+use super::{Rng, Shape};
+use crate::format::{f32_to_e4m3, Nvfp4Tensor, ScaleLayout};
+use crate::ops::{DualGemm, Gemm, Gemv, GroupedGemm, Problem};
+use crate::problem::ProblemKind;
+use crate::Result;
+
+/// How one operand's bytes and scales are drawn.
+#[derive(Clone, Copy)]
+enum Dist {
+    /// Byte uniform in 0..=3; scale value uniform in {0, 1, 2}.
+    Gemv,
+    /// Byte uniform in 0..=255; scale value uniform in {0, 1, 2, 3}.
+    Gemm,
+    /// Byte uniform in 0..=254 then `& 0xBB`; scale uniform [0, 1) rounded to E4M3.
+    Dual,
+    /// Byte as `Dual`; scale value uniform in {1, 2}.
+    Grouped,
+}
+
+impl Dist {
+    fn of(kind: ProblemKind) -> Self {
+        match kind {
+            ProblemKind::Gemv => Dist::Gemv,
+            ProblemKind::Gemm => Dist::Gemm,
+            ProblemKind::DualGemm => Dist::Dual,
+            ProblemKind::GroupedGemm => Dist::Grouped,
+        }
+    }
+
+    fn byte(self, rng: &mut Rng) -> u8 {
+        match self {
+            Dist::Gemv => rng.below(4) as u8,
+            Dist::Gemm => rng.below(256) as u8,
+            Dist::Dual | Dist::Grouped => rng.below(255) as u8 & 0xBB,
+        }
+    }
+
+    fn scale(self, rng: &mut Rng) -> u8 {
+        match self {
+            Dist::Gemv => f32_to_e4m3(rng.below(3) as f32),
+            Dist::Gemm => f32_to_e4m3(rng.below(4) as f32),
+            Dist::Dual => f32_to_e4m3(rng.unit_f32()),
+            Dist::Grouped => f32_to_e4m3(1.0 + rng.below(2) as f32),
+        }
+    }
+
+    fn tensor(self, rng: &mut Rng, l: usize, rows: usize, k: usize) -> Result<Nvfp4Tensor> {
+        let values = (0..l * rows * k / 2).map(|_| self.byte(rng)).collect();
+        let scales = (0..l * rows * k / 16).map(|_| self.scale(rng)).collect();
+        Nvfp4Tensor::new(l, rows, k, values, scales, ScaleLayout::Plain)
+    }
+}
+
+/// Draws a problem of `shape` from `seed` with the SPEC distributions; scales in the plain layout.
+pub fn generate(shape: &Shape, seed: u64) -> Result<Problem> {
+    shape.validate()?;
+    let mut rng = Rng::new(seed);
+    let d = Dist::of(shape.kind());
+    Ok(match *shape {
+        Shape::Gemv { m, k, l } => {
+            let a = d.tensor(&mut rng, l, m, k)?;
+            let b = d.tensor(&mut rng, l, 1, k)?;
+            Problem::Gemv(Gemv::new(a, b, None)?)
+        }
+        Shape::Gemm { m, n, k, l } => {
+            let a = d.tensor(&mut rng, l, m, k)?;
+            let b = d.tensor(&mut rng, l, n, k)?;
+            Problem::Gemm(Gemm::new(a, b, None)?)
+        }
+        Shape::DualGemm { m, n, k, l } => {
+            let a = d.tensor(&mut rng, l, m, k)?;
+            let b1 = d.tensor(&mut rng, l, n, k)?;
+            let b2 = d.tensor(&mut rng, l, n, k)?;
+            Problem::DualGemm(DualGemm::new(a, b1, b2, None)?)
+        }
+        Shape::GroupedGemm { ref groups } => {
+            let gs = groups
+                .iter()
+                .map(|&(m, n, k)| {
+                    let a = d.tensor(&mut rng, 1, m, k)?;
+                    let b = d.tensor(&mut rng, 1, n, k)?;
+                    Gemm::new(a, b, None)
+                })
+                .collect::<Result<_>>()?;
+            Problem::GroupedGemm(GroupedGemm::new(gs)?)
+        }
+    })
+}

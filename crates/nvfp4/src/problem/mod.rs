@@ -1,0 +1,171 @@
+//! Problem descriptions: the four operation kinds, their shapes, the SPEC catalogue of test and
+//! benchmark shapes, and the seeded generators with the SPEC value distributions.
+
+mod catalogue;
+mod generate;
+mod rng;
+
+pub use catalogue::{bench_shapes, large_shapes, test_shapes, Case};
+pub use generate::generate;
+pub use rng::Rng;
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::{Error, Result};
+
+/// The four operations, named as on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ProblemKind {
+    /// Batched GEMV.
+    Gemv,
+    /// GEMM.
+    Gemm,
+    /// Gated dual GEMM (SwiGLU).
+    DualGemm,
+    /// Grouped GEMM (MoE).
+    GroupedGemm,
+}
+
+impl ProblemKind {
+    /// All four, in SPEC order.
+    pub const ALL: [ProblemKind; 4] =
+        [ProblemKind::Gemv, ProblemKind::Gemm, ProblemKind::DualGemm, ProblemKind::GroupedGemm];
+
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProblemKind::Gemv => "gemv",
+            ProblemKind::Gemm => "gemm",
+            ProblemKind::DualGemm => "dual-gemm",
+            ProblemKind::GroupedGemm => "grouped-gemm",
+        }
+    }
+
+    /// Whether the SPEC generator's data makes every FP32 sum exact, so a correct kernel must be
+    /// bit-identical to the reference (SPEC §4).
+    pub fn exact_data(self) -> bool {
+        self != ProblemKind::DualGemm
+    }
+}
+
+impl fmt::Display for ProblemKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ProblemKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        ProblemKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| Error::Invalid(format!("unknown problem `{s}` (gemv, gemm, dual-gemm, grouped-gemm)")))
+    }
+}
+
+/// The dimensions of one problem instance.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Shape {
+    /// M x K x L.
+    Gemv { m: usize, k: usize, l: usize },
+    /// M x N x K x L.
+    Gemm { m: usize, n: usize, k: usize, l: usize },
+    /// M x N x K x L.
+    DualGemm { m: usize, n: usize, k: usize, l: usize },
+    /// (M, N, K) per group, L = 1.
+    GroupedGemm { groups: Vec<(usize, usize, usize)> },
+}
+
+impl Shape {
+    /// Which operation the shape belongs to.
+    pub fn kind(&self) -> ProblemKind {
+        match self {
+            Shape::Gemv { .. } => ProblemKind::Gemv,
+            Shape::Gemm { .. } => ProblemKind::Gemm,
+            Shape::DualGemm { .. } => ProblemKind::DualGemm,
+            Shape::GroupedGemm { .. } => ProblemKind::GroupedGemm,
+        }
+    }
+
+    /// Parses the command-line form for `kind`: `MxKxL` (gemv), `MxNxK[xL]` (gemm, dual-gemm),
+    /// `m1,m2,../n1,../k1,..` (grouped-gemm; a single N or K applies to every group).
+    pub fn parse(kind: ProblemKind, s: &str) -> Result<Self> {
+        let bad = || Error::Invalid(format!("bad {kind} shape `{s}`"));
+        let dims = |t: &str, sep: char| -> Result<Vec<usize>> {
+            t.split(sep).map(|d| d.trim().parse::<usize>().map_err(|_| bad())).collect()
+        };
+        let shape = match kind {
+            ProblemKind::Gemv => match dims(s, 'x')?[..] {
+                [m, k, l] => Shape::Gemv { m, k, l },
+                [m, k] => Shape::Gemv { m, k, l: 1 },
+                _ => return Err(bad()),
+            },
+            ProblemKind::Gemm | ProblemKind::DualGemm => {
+                let (m, n, k, l) = match dims(s, 'x')?[..] {
+                    [m, n, k] => (m, n, k, 1),
+                    [m, n, k, l] => (m, n, k, l),
+                    _ => return Err(bad()),
+                };
+                if kind == ProblemKind::Gemm {
+                    Shape::Gemm { m, n, k, l }
+                } else {
+                    Shape::DualGemm { m, n, k, l }
+                }
+            }
+            ProblemKind::GroupedGemm => {
+                let parts: Vec<Vec<usize>> = s.split('/').map(|p| dims(p, ',')).collect::<Result<_>>()?;
+                let [ms, ns, ks] = &parts[..] else { return Err(bad()) };
+                let g = ms.len();
+                let pick =
+                    |v: &Vec<usize>, i: usize| if v.len() == 1 { Ok(v[0]) } else { v.get(i).copied().ok_or_else(bad) };
+                if (ns.len() != 1 && ns.len() != g) || (ks.len() != 1 && ks.len() != g) {
+                    return Err(bad());
+                }
+                Shape::GroupedGemm {
+                    groups: (0..g).map(|i| Ok((ms[i], pick(ns, i)?, pick(ks, i)?))).collect::<Result<_>>()?,
+                }
+            }
+        };
+        shape.validate()?;
+        Ok(shape)
+    }
+
+    /// Rejects zero dimensions and K not a multiple of 16.
+    pub fn validate(&self) -> Result<()> {
+        let check = |l: usize, m: usize, n: usize, k: usize| crate::format::tensor::check_dims(l, m.min(n), k);
+        match *self {
+            Shape::Gemv { m, k, l } => check(l, m, 1, k),
+            Shape::Gemm { m, n, k, l } | Shape::DualGemm { m, n, k, l } => check(l, m, n, k),
+            Shape::GroupedGemm { ref groups } => {
+                if groups.is_empty() {
+                    return Err(Error::Shape("grouped gemm: no groups".into()));
+                }
+                groups.iter().try_for_each(|&(m, n, k)| check(1, m, n, k))
+            }
+        }
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let join = |v: Vec<usize>| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",");
+        match self {
+            Shape::Gemv { m, k, l } => write!(f, "{m}x{k}x{l}"),
+            Shape::Gemm { m, n, k, l } | Shape::DualGemm { m, n, k, l } => {
+                write!(f, "{m}x{n}x{k}")?;
+                if *l != 1 {
+                    write!(f, "x{l}")?;
+                }
+                Ok(())
+            }
+            Shape::GroupedGemm { groups } => {
+                let ms = join(groups.iter().map(|g| g.0).collect());
+                let ns = join(groups.iter().map(|g| g.1).collect());
+                let ks = join(groups.iter().map(|g| g.2).collect());
+                write!(f, "{ms}/{ns}/{ks}")
+            }
+        }
+    }
+}
