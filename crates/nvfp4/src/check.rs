@@ -5,8 +5,10 @@ use std::fmt;
 
 use half::f16;
 
-use crate::format::F16Tensor;
-use crate::ops::Output;
+use crate::backend::CpuBackend;
+use crate::format::{F16Tensor, ScaleLayout};
+use crate::ops::{Backend, Output, Problem};
+use crate::problem::{self, ProblemKind, Shape};
 
 /// Absolute tolerance of SPEC §4.
 pub const ATOL: f64 = 1e-3;
@@ -157,4 +159,66 @@ impl fmt::Display for Report {
         }
         Ok(())
     }
+}
+
+/// One case of `nvfp4 check`: a shape, a seed, the scale layout the backend is given and an
+/// optional alpha. The reference always sees the plain layout, so a layout bug cannot hide.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CaseSpec {
+    /// `test:N` for SPEC shapes, `extra:N` for the random edge shapes.
+    pub label: String,
+    /// The dimensions.
+    pub shape: Shape,
+    /// Generator seed.
+    pub seed: u64,
+    /// Scale layout handed to the backend under test.
+    pub layout: ScaleLayout,
+    /// Alpha applied by both sides (a power of two on exact data, so results stay exact).
+    pub alpha: Option<f32>,
+}
+
+/// The checker's cases for `kind`: every SPEC test shape, then the extra edge shapes. Layouts
+/// alternate plain/blocked; every third extra case carries an alpha.
+pub fn cases(kind: ProblemKind, seed: u64) -> Vec<CaseSpec> {
+    let tests = problem::test_shapes(kind).into_iter().enumerate().map(|(i, s)| (format!("test:{i}"), s, None));
+    let alpha = if kind.exact_data() { 0.5 } else { 0.75 };
+    let extras = problem::extra_shapes(kind)
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| (format!("extra:{i}"), s, (i % 3 == 2).then_some(alpha)));
+    tests
+        .chain(extras)
+        .enumerate()
+        .map(|(n, (label, shape, alpha))| CaseSpec {
+            label,
+            shape,
+            seed: seed.wrapping_add(n as u64),
+            layout: if n % 2 == 0 { ScaleLayout::Plain } else { ScaleLayout::Blocked },
+            alpha,
+        })
+        .collect()
+}
+
+/// Builds the problem a case describes (plain scales, alpha set).
+pub fn case_problem(spec: &CaseSpec) -> crate::Result<Problem> {
+    let mut p = problem::generate(&spec.shape, spec.seed)?;
+    p.set_alpha(spec.alpha);
+    Ok(p)
+}
+
+/// The comparison mode SPEC §4 demands for `kind`'s generated data.
+pub fn mode_for(kind: ProblemKind) -> Mode {
+    if kind.exact_data() {
+        Mode::BitExact
+    } else {
+        Mode::Tolerance
+    }
+}
+
+/// Runs one case on `backend` and compares with the CPU reference.
+pub fn run_case(backend: &dyn Backend, spec: &CaseSpec) -> crate::Result<Report> {
+    let p = case_problem(spec)?;
+    let expected = p.run(&CpuBackend)?;
+    let got = p.with_layout(spec.layout).run(backend)?;
+    Ok(compare_outputs(&got, &expected, mode_for(spec.shape.kind())))
 }

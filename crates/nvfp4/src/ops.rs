@@ -207,6 +207,16 @@ impl Problem {
         })
     }
 
+    /// Sets the alpha of the operation (of every group for the grouped GEMM).
+    pub fn set_alpha(&mut self, alpha: Option<f32>) {
+        match self {
+            Problem::Gemv(x) => x.alpha = alpha,
+            Problem::Gemm(x) => x.alpha = alpha,
+            Problem::DualGemm(x) => x.alpha = alpha,
+            Problem::GroupedGemm(x) => x.groups.iter_mut().for_each(|g| g.alpha = alpha),
+        }
+    }
+
     /// The same problem with every scale tensor converted to `layout`.
     pub fn with_layout(&self, layout: crate::format::ScaleLayout) -> Problem {
         let g = |p: &Gemm| Gemm { a: p.a.to_layout(layout), b: p.b.to_layout(layout), alpha: p.alpha };

@@ -65,7 +65,22 @@ fn products(a: &Nvfp4Tensor, b: &Nvfp4Tensor) -> Vec<f64> {
 }
 
 fn round_f16(sums: &[f64], alpha: f32) -> Vec<f16> {
-    sums.iter().map(|&s| f16::from_f64(s * alpha as f64)).collect()
+    sums.iter().map(|&s| f64_to_f16(s * alpha as f64)).collect()
+}
+
+/// f64 to f16, rounded once to nearest even.
+// NOTE: `half::f16::from_f64` is not a single rounding: with F16C it converts through f32 (RNE
+// twice), and its software path drops the low 32 mantissa bits. 4098 + 2^-20 must give 4100, not
+// 4096. Rounding to f32 *to odd* first keeps the sticky information (f32 has >= 2 bits to spare
+// over f16), so the final f32 -> f16 RNE decides as a direct rounding would.
+fn f64_to_f16(x: f64) -> f16 {
+    let y = x as f32;
+    if !y.is_finite() || y as f64 == x {
+        return f16::from_f32(y);
+    }
+    // Truncate toward zero (step back one ulp if RNE went away from zero), then set the last bit.
+    let t = if (y as f64).abs() > x.abs() { y.to_bits() - 1 } else { y.to_bits() };
+    f16::from_f32(f32::from_bits(t | 1))
 }
 
 impl CpuBackend {

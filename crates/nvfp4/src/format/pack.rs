@@ -3,7 +3,7 @@
 
 /// Packs a slice of 4-bit codes (even length) into bytes.
 pub fn pack_nibbles(codes: &[u8]) -> Vec<u8> {
-    debug_assert!(codes.len() % 2 == 0);
+    debug_assert!(codes.len().is_multiple_of(2));
     codes.chunks_exact(2).map(|p| (p[0] & 0xF) | ((p[1] & 0xF) << 4)).collect()
 }
 
@@ -16,7 +16,7 @@ pub fn unpack_nibbles(bytes: &[u8]) -> Vec<u8> {
 #[inline]
 pub fn nibble(row: &[u8], k: usize) -> u8 {
     let byte = row[k / 2];
-    if k % 2 == 0 {
+    if k.is_multiple_of(2) {
         byte & 0xF
     } else {
         byte >> 4

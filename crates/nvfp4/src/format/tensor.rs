@@ -152,7 +152,7 @@ pub(crate) fn check_dims(l: usize, rows: usize, k: usize) -> Result<()> {
     if l == 0 || rows == 0 || k == 0 {
         return Err(Error::Shape(format!("every dimension must be >= 1, got [L={l}, rows={rows}, K={k}]")));
     }
-    if k % 16 != 0 {
+    if !k.is_multiple_of(16) {
         return Err(Error::KNotMultipleOf16 { k });
     }
     Ok(())

@@ -2,10 +2,12 @@
 //! benchmark shapes, and the seeded generators with the SPEC value distributions.
 
 mod catalogue;
+mod extra;
 mod generate;
 mod rng;
 
 pub use catalogue::{bench_shapes, large_shapes, test_shapes, Case};
+pub use extra::extra_shapes;
 pub use generate::generate;
 pub use rng::Rng;
 

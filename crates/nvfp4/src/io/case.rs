@@ -1,0 +1,311 @@
+//! Case files: one problem's operands, or one output, in the physical layouts of SPEC §2.
+//!
+//! | tensor | dtype | shape |
+//! |---|---|---|
+//! | `a`, `b` (gemv, gemm); `a`, `b1`, `b2` (dual gemm) | U8 | `[L, rows, K/2]` (gemv b: rows = 1) |
+//! | `sfa`, `sfb`, `sfb1`, `sfb2` (plain scales) | F8_E4M3 | `[L, rows, K/16]` |
+//! | `sfa_blocked`, ... (blocked scales, when the plain one is absent) | F8_E4M3 | `[L, R, C, 512]` |
+//! | `alpha` (optional) | F32 | `[]` or `[1]` |
+//! | `a_global_scale`, ... (optional, written when not 1.0) | F32 | `[]` or `[1]` |
+//! | `c` (output) | F16 | `[L, M, N]` (gemv: N = 1) |
+//!
+//! Grouped GEMM suffixes every name with `_g{i}` (`a_g0`, `sfa_blocked_g0`, `alpha_g0`, `c_g0`),
+//! each group with L = 1; the group count is the number of consecutive `a_g{i}` (`c_g{i}`) from 0.
+
+use std::path::Path;
+
+use half::f16;
+use safetensors::Dtype;
+
+use super::archive::{file_err, read_file, tensor_err, Archive, Dim, Entry, Writer, IN_MEMORY};
+use crate::format::{blocked_dims, F16Tensor, Nvfp4Tensor, ScaleLayout};
+use crate::ops::{DualGemm, Gemm, Gemv, GroupedGemm, Output, Problem};
+use crate::problem::ProblemKind;
+use crate::Result;
+
+/// The header metadata key naming the problem kind of a case file.
+pub const PROBLEM_KEY: &str = "nvfp4_problem";
+
+/// Tensor names of one operand: `a` with scales `sfa` is `Operand { values: "a", scales: "sfa" }`.
+#[derive(Clone, Copy)]
+struct Operand {
+    values: &'static str,
+    scales: &'static str,
+}
+
+const A: Operand = Operand { values: "a", scales: "sfa" };
+const B: Operand = Operand { values: "b", scales: "sfb" };
+const B1: Operand = Operand { values: "b1", scales: "sfb1" };
+const B2: Operand = Operand { values: "b2", scales: "sfb2" };
+
+impl Operand {
+    fn values_name(self, suffix: &str) -> String {
+        format!("{}{suffix}", self.values)
+    }
+    fn plain_name(self, suffix: &str) -> String {
+        format!("{}{suffix}", self.scales)
+    }
+    fn blocked_name(self, suffix: &str) -> String {
+        format!("{}_blocked{suffix}", self.scales)
+    }
+    fn global_name(self, suffix: &str) -> String {
+        format!("{}_global_scale{suffix}", self.values)
+    }
+
+    fn write<'a>(self, w: &mut Writer<'a>, suffix: &str, t: &'a Nvfp4Tensor) -> Result<()> {
+        let (l, rows, sf_cols) = (t.l(), t.rows(), t.sf_cols());
+        w.push(self.values_name(suffix), Entry::new(Dtype::U8, vec![l, rows, t.k() / 2], t.values()))?;
+        let (name, shape) = match t.layout() {
+            ScaleLayout::Plain => (self.plain_name(suffix), vec![l, rows, sf_cols]),
+            ScaleLayout::Blocked => {
+                let (r, c) = blocked_dims(rows, sf_cols);
+                (self.blocked_name(suffix), vec![l, r, c, 512])
+            }
+        };
+        w.push(name, Entry::new(Dtype::F8_E4M3, shape, t.scales()))?;
+        if t.global_scale() != 1.0 {
+            w.push(self.global_name(suffix), Entry::scalar_f32(t.global_scale()))?;
+        }
+        Ok(())
+    }
+
+    /// Reads the operand, its values tensor checked against `[l, rows, k2]` (`note` says where
+    /// fixed sizes come from), its scales in whichever layout the file has (plain preferred).
+    fn read(self, ar: &Archive, suffix: &str, dims: [Dim; 3], note: &str) -> Result<Nvfp4Tensor> {
+        let vname = self.values_name(suffix);
+        let shape = ar.expect(&vname, Dtype::U8, &dims, note)?;
+        let (l, rows, k2) = (shape[0], shape[1], shape[2]);
+        let k = 2 * k2;
+        if !k.is_multiple_of(16) {
+            return Err(tensor_err(
+                &vname,
+                format!("last dimension {k2} means K = {k}, not a multiple of 16 (one E4M3 scale per 16 values)"),
+            ));
+        }
+        let (plain, blocked) = (self.plain_name(suffix), self.blocked_name(suffix));
+        let (r, c) = blocked_dims(rows, k / 16);
+        let why = format!("[L, rows, K/16] from `{vname}`");
+        let layout = if ar.has(&plain) {
+            ar.expect(&plain, Dtype::F8_E4M3, &[Dim::Is(l), Dim::Is(rows), Dim::Is(k / 16)], &why)?;
+            ScaleLayout::Plain
+        } else if ar.has(&blocked) {
+            let why = format!("[L, ceil(rows/128), ceil(K/64), 512] from `{vname}`");
+            ar.expect(&blocked, Dtype::F8_E4M3, &[Dim::Is(l), Dim::Is(r), Dim::Is(c), Dim::Is(512)], &why)?;
+            ScaleLayout::Blocked
+        } else {
+            return Err(tensor_err(
+                &plain,
+                format!(
+                    "missing from the file (expected `{plain}` F8_E4M3 [{l}, {rows}, {}] or `{blocked}` \
+                     F8_E4M3 [{l}, {r}, {c}, 512])",
+                    k / 16
+                ),
+            ));
+        };
+        let sname = if layout == ScaleLayout::Plain { plain } else { blocked };
+        let values = ar.bytes(&vname)?.into_owned();
+        let scales = ar.bytes(&sname)?.into_owned();
+        let t = Nvfp4Tensor::new(l, rows, k, values, scales, layout).map_err(|e| tensor_err(&vname, e.to_string()))?;
+        let gname = self.global_name(suffix);
+        match ar.scalar_f32(&gname)? {
+            None => Ok(t),
+            Some(g) if g.is_finite() => Ok(t.with_global_scale(g)),
+            Some(g) => Err(tensor_err(&gname, format!("global scale must be finite, found {g}"))),
+        }
+    }
+}
+
+fn write_alpha(w: &mut Writer, suffix: &str, alpha: Option<f32>) -> Result<()> {
+    match alpha {
+        Some(a) => w.push(format!("alpha{suffix}"), Entry::scalar_f32(a)),
+        None => Ok(()),
+    }
+}
+
+fn read_alpha(ar: &Archive, suffix: &str) -> Result<Option<f32>> {
+    let name = format!("alpha{suffix}");
+    match ar.scalar_f32(&name)? {
+        Some(a) if !a.is_finite() => Err(tensor_err(&name, format!("alpha must be finite, found {a}"))),
+        alpha => Ok(alpha),
+    }
+}
+
+fn group_suffix(i: usize) -> String {
+    format!("_g{i}")
+}
+
+/// How many consecutive `{base}_g{i}` from 0 the file has.
+fn count_groups(ar: &Archive, base: &str) -> usize {
+    // The file has finitely many tensors, so this ends.
+    (0..).take_while(|&i| ar.has(&format!("{base}{}", group_suffix(i)))).count()
+}
+
+/// The case file of `p` as bytes.
+pub fn problem_to_bytes(p: &Problem) -> Result<Vec<u8>> {
+    let mut w = Writer::default();
+    w.meta(PROBLEM_KEY, p.kind().name());
+    match p {
+        Problem::Gemv(Gemv { a, b, alpha }) | Problem::Gemm(Gemm { a, b, alpha }) => {
+            A.write(&mut w, "", a)?;
+            B.write(&mut w, "", b)?;
+            write_alpha(&mut w, "", *alpha)?;
+        }
+        Problem::DualGemm(d) => {
+            A.write(&mut w, "", &d.a)?;
+            B1.write(&mut w, "", &d.b1)?;
+            B2.write(&mut w, "", &d.b2)?;
+            write_alpha(&mut w, "", d.alpha)?;
+        }
+        Problem::GroupedGemm(g) => {
+            for (i, gemm) in g.groups.iter().enumerate() {
+                let s = group_suffix(i);
+                A.write(&mut w, &s, &gemm.a)?;
+                B.write(&mut w, &s, &gemm.b)?;
+                write_alpha(&mut w, &s, gemm.alpha)?;
+            }
+        }
+    }
+    w.into_bytes()
+}
+
+/// Writes the case file of `p` to `path`.
+pub fn save_problem(path: &Path, p: &Problem) -> Result<()> {
+    let bytes = problem_to_bytes(p)?;
+    std::fs::write(path, bytes).map_err(|e| super::archive::io_err(path, e))
+}
+
+/// Reads a `kind` problem from case-file bytes.
+pub fn problem_from_bytes(bytes: &[u8], kind: ProblemKind) -> Result<Problem> {
+    read_problem(&Archive::from_bytes(bytes, Path::new(IN_MEMORY))?, kind)
+}
+
+/// Reads a `kind` problem from the case file at `path`.
+pub fn load_problem(path: &Path, kind: ProblemKind) -> Result<Problem> {
+    let bytes = read_file(path)?;
+    read_problem(&Archive::from_bytes(&bytes, path)?, kind)
+}
+
+/// The problem kind a case file's header names (`None` for a file without the key). Reads the
+/// header only.
+pub fn stored_problem_kind(path: &Path) -> Result<Option<ProblemKind>> {
+    let ar = Archive::open(path)?;
+    match ar.metadata().and_then(|m| m.get(PROBLEM_KEY)) {
+        None => Ok(None),
+        Some(name) => name
+            .parse()
+            .map(Some)
+            .map_err(|_| file_err(path, format!("metadata {PROBLEM_KEY} = `{name}` names no problem kind"))),
+    }
+}
+
+fn read_problem(ar: &Archive, kind: ProblemKind) -> Result<Problem> {
+    if let Some(stored) = ar.metadata().and_then(|m| m.get(PROBLEM_KEY)) {
+        if stored != kind.name() {
+            return Err(file_err(
+                ar.origin(),
+                format!("holds a `{stored}` case (metadata {PROBLEM_KEY}), asked to read it as `{kind}`"),
+            ));
+        }
+    }
+    use Dim::{Any, Is};
+    Ok(match kind {
+        ProblemKind::Gemv | ProblemKind::Gemm | ProblemKind::DualGemm => {
+            let a = A.read(ar, "", [Any("L"), Any("M"), Any("K/2")], "")?;
+            let (l, k2) = (a.l(), a.k() / 2);
+            match kind {
+                ProblemKind::Gemv => {
+                    let b = B.read(ar, "", [Is(l), Is(1), Is(k2)], "gemv: L and K/2 from `a`, one row")?;
+                    Problem::Gemv(Gemv::new(a, b, read_alpha(ar, "")?)?)
+                }
+                ProblemKind::Gemm => {
+                    let b = B.read(ar, "", [Is(l), Any("N"), Is(k2)], "L and K/2 from `a`")?;
+                    Problem::Gemm(Gemm::new(a, b, read_alpha(ar, "")?)?)
+                }
+                _ => {
+                    let b1 = B1.read(ar, "", [Is(l), Any("N"), Is(k2)], "L and K/2 from `a`")?;
+                    let n = b1.rows();
+                    let b2 = B2.read(ar, "", [Is(l), Is(n), Is(k2)], "L and K/2 from `a`, N from `b1`")?;
+                    Problem::DualGemm(DualGemm::new(a, b1, b2, read_alpha(ar, "")?)?)
+                }
+            }
+        }
+        ProblemKind::GroupedGemm => {
+            let g = count_groups(ar, A.values);
+            if g == 0 {
+                let name = A.values_name(&group_suffix(0));
+                return Err(tensor_err(&name, "missing from the file (a grouped case needs a_g0, a_g1, ..)"));
+            }
+            let groups = (0..g)
+                .map(|i| {
+                    let s = group_suffix(i);
+                    let a = A.read(ar, &s, [Is(1), Any("M"), Any("K/2")], "grouped: L = 1")?;
+                    let b = B.read(ar, &s, [Is(1), Any("N"), Is(a.k() / 2)], "grouped: L = 1, K/2 from `a`")?;
+                    Gemm::new(a, b, read_alpha(ar, &s)?)
+                })
+                .collect::<Result<_>>()?;
+            Problem::GroupedGemm(GroupedGemm::new(groups)?)
+        }
+    })
+}
+
+fn f16_entry(t: &F16Tensor) -> Entry<'static> {
+    let bytes: Vec<u8> = t.data().iter().flat_map(|v| v.to_le_bytes()).collect();
+    Entry::new(Dtype::F16, t.shape().to_vec(), bytes)
+}
+
+/// The output file of `out` as bytes: `c`, or `c_g{i}` per group.
+pub fn output_to_bytes(out: &Output) -> Result<Vec<u8>> {
+    let mut w = Writer::default();
+    match out {
+        Output::Single(t) => w.push("c".into(), f16_entry(t))?,
+        Output::Grouped(ts) => {
+            for (i, t) in ts.iter().enumerate() {
+                w.push(format!("c{}", group_suffix(i)), f16_entry(t))?;
+            }
+        }
+    }
+    w.into_bytes()
+}
+
+/// Writes `out` to `path`.
+pub fn save_output(path: &Path, out: &Output) -> Result<()> {
+    let bytes = output_to_bytes(out)?;
+    std::fs::write(path, bytes).map_err(|e| super::archive::io_err(path, e))
+}
+
+/// Reads the output of a `kind` problem from bytes.
+pub fn output_from_bytes(bytes: &[u8], kind: ProblemKind) -> Result<Output> {
+    read_output(&Archive::from_bytes(bytes, Path::new(IN_MEMORY))?, kind)
+}
+
+/// Reads the output of a `kind` problem from the file at `path`.
+pub fn load_output(path: &Path, kind: ProblemKind) -> Result<Output> {
+    let bytes = read_file(path)?;
+    read_output(&Archive::from_bytes(&bytes, path)?, kind)
+}
+
+fn read_f16(ar: &Archive, name: &str, dims: [Dim; 3], note: &str) -> Result<F16Tensor> {
+    let shape = ar.expect(name, Dtype::F16, &dims, note)?;
+    let data = ar.bytes(name)?.chunks_exact(2).map(|p| f16::from_le_bytes([p[0], p[1]])).collect();
+    F16Tensor::new(shape[0], shape[1], shape[2], data).map_err(|e| tensor_err(name, e.to_string()))
+}
+
+fn read_output(ar: &Archive, kind: ProblemKind) -> Result<Output> {
+    use Dim::{Any, Is};
+    Ok(match kind {
+        ProblemKind::Gemv => Output::Single(read_f16(ar, "c", [Any("L"), Any("M"), Is(1)], "gemv: one column")?),
+        ProblemKind::Gemm | ProblemKind::DualGemm => {
+            Output::Single(read_f16(ar, "c", [Any("L"), Any("M"), Any("N")], "")?)
+        }
+        ProblemKind::GroupedGemm => {
+            let g = count_groups(ar, "c");
+            if g == 0 {
+                return Err(tensor_err("c_g0", "missing from the file (a grouped output needs c_g0, c_g1, ..)"));
+            }
+            let ts = (0..g)
+                .map(|i| read_f16(ar, &format!("c{}", group_suffix(i)), [Is(1), Any("M"), Any("N")], "grouped: L = 1"))
+                .collect::<Result<_>>()?;
+            Output::Grouped(ts)
+        }
+    })
+}
