@@ -1,11 +1,52 @@
-//! `nvfp4 bench` (placeholder).
+//! `nvfp4 bench`: parses the arguments, runs [`nvfp4::bench::run`], prints the table and writes
+//! the JSON report. Exits non-zero when any kernel fails its check.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+use nvfp4::bench::{self, Options, ShapeSet, DEFAULT_SAMPLES, DEFAULT_WARMUP};
+use nvfp4::ProblemKind;
 
 /// Arguments of `nvfp4 bench`.
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Problem to time (gemv, gemm, dual-gemm, grouped-gemm); all four when absent.
+    #[arg(value_parser = parse_problem)]
+    problem: Option<ProblemKind>,
+    /// Shape catalogue: bench (leaderboard), test (correctness) or large (GEMM 4096³ and 8192³).
+    #[arg(long, default_value = "bench", value_parser = parse_shapes)]
+    shapes: ShapeSet,
+    /// Write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Timed samples per measurement, each with the L2 flushed (at least 20).
+    #[arg(long, default_value_t = DEFAULT_SAMPLES)]
+    samples: usize,
+    /// Warm-up launches before the timed samples.
+    #[arg(long, default_value_t = DEFAULT_WARMUP)]
+    warmup: usize,
+}
 
-pub fn main(_args: Args) -> nvfp4::Result<ExitCode> {
-    Err(nvfp4::Error::Invalid("`nvfp4 bench` is not built yet".into()))
+fn parse_problem(s: &str) -> Result<ProblemKind, String> {
+    s.parse().map_err(|e: nvfp4::Error| e.to_string())
+}
+
+fn parse_shapes(s: &str) -> Result<ShapeSet, String> {
+    s.parse().map_err(|e: nvfp4::Error| e.to_string())
+}
+
+pub fn main(args: Args) -> nvfp4::Result<ExitCode> {
+    let opts = Options {
+        problems: args.problem.map_or_else(|| ProblemKind::ALL.to_vec(), |p| vec![p]),
+        shapes: args.shapes,
+        samples: args.samples,
+        warmup: args.warmup,
+    };
+    let report = bench::run(&opts, &mut |line| eprintln!("{line}"))?;
+    print!("{}", report.table());
+    if let Some(path) = &args.json {
+        report.write_json(path)?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(if report.all_passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

@@ -1,11 +1,64 @@
-//! `nvfp4 kernels` (placeholder).
+//! `nvfp4 kernels`: compile every kernel with NVRTC for an architecture (no GPU needed) and print
+//! each kernel's registers, spills, stack and static shared memory from ptxas's report. Exits
+//! non-zero on a compile error or on any spill, so CI can gate on it.
 
 use std::process::ExitCode;
 
+use nvfp4::backend::cuda::{kernel_reports, KernelReport, DEFAULT_ARCH};
+
 /// Arguments of `nvfp4 kernels`.
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Target architecture as NVRTC names it (sm_90a for Hopper).
+    #[arg(long, default_value = DEFAULT_ARCH)]
+    arch: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
 
-pub fn main(_args: Args) -> nvfp4::Result<ExitCode> {
-    Err(nvfp4::Error::Invalid("`nvfp4 kernels` is not built yet".into()))
+fn table(reports: &[KernelReport]) -> String {
+    let w = reports.iter().map(|r| r.symbol.len()).max().unwrap_or(6).max(6);
+    let mut s = format!(
+        "{:<16} {:<w$} {:>5} {:>11} {:>10} {:>6} {:>6}\n",
+        "file", "kernel", "regs", "spill st B", "spill ld B", "stack", "smem"
+    );
+    for r in reports {
+        s += &format!(
+            "{:<16} {:<w$} {:>5} {:>11} {:>10} {:>6} {:>6}{}\n",
+            r.file,
+            r.symbol,
+            r.registers,
+            r.spill_stores,
+            r.spill_loads,
+            r.stack_bytes,
+            r.smem_bytes,
+            if r.spills() { "  SPILLS" } else { "" }
+        );
+    }
+    s
+}
+
+pub fn main(args: Args) -> nvfp4::Result<ExitCode> {
+    let reports = kernel_reports(&args.arch)?;
+    let spilling: Vec<&KernelReport> = reports.iter().filter(|r| r.spills()).collect();
+    if args.json {
+        let doc = serde_json::json!({
+            "arch": args.arch,
+            "kernels": reports,
+            "ok": spilling.is_empty(),
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).map_err(|e| nvfp4::Error::Invalid(e.to_string()))?);
+    } else {
+        println!("NVRTC {} ({} kernels)", args.arch, reports.len());
+        print!("{}", table(&reports));
+    }
+    if spilling.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        for r in &spilling {
+            eprintln!("error: kernel spills registers: {r}");
+        }
+        Ok(ExitCode::FAILURE)
+    }
 }

@@ -6,6 +6,7 @@
 //! (cpu, cuda), [`check`] (the SPEC §4 comparison) and [`io`] (safetensors files).
 
 pub mod backend;
+pub mod bench;
 pub mod check;
 mod error;
 pub mod format;

@@ -1,0 +1,165 @@
+// gemm_fallback.cu: simple, correct NVFP4 GEMM, gated dual GEMM and grouped GEMM (SPEC §3.2-3.4).
+//
+// A stop-gap until the wgmma kernels land: correctness first, speed "not absurd".
+// - One launch covers a list of problems (one for GEMM and dual GEMM, G for grouped GEMM): the
+//   host flattens every problem's output tiles into one grid and each problem records the first
+//   CTA of its tiles (`tile_start`); a CTA finds its problem by a linear scan.
+// - A CTA computes a 64x64 output tile with 4 warps (2x2, 32x32 each) over K-tiles of 32
+//   elements (2 scale blocks). Per K-tile it decodes A and B (and B2) into shared memory as f16,
+//   scale multiplied in (exact: every e2m1 * e4m3 product fits f16), then runs f16 mma.sync
+//   m16n8k16 with f32 accumulators (products of f16 values are exact in f32).
+// - Epilogue: f64 alpha and a single rounding to f16; dual GEMM: silu(x1) * x2 in f32.
+// - Any M, N >= 1, K % 16 == 0, either scale layout per operand, L batches (grid over l too).
+#include "ptx.cuh"
+#include "nvfp4.cuh"
+
+// Mirrored by `MmaProblem` in backend/cuda/fallback.rs (#[repr(C)], same order).
+struct MmaProblem {
+  const u8* a;     // [L, M, K/2]
+  const u8* sfa;   // scales of a, plain or blocked
+  const u8* b;     // [L, N, K/2]
+  const u8* sfb;
+  const u8* b2;    // [L, N, K/2], dual GEMM only
+  const u8* sfb2;
+  u16* c;          // [L, M, N] f16
+  double alpha;    // applied to A*B (x1 for dual)
+  double alpha2;   // applied to A*B2 (dual only)
+  i32 m, n, k, l;
+  i32 layouts;     // bit 0: sfa blocked, bit 1: sfb blocked, bit 2: sfb2 blocked
+  i32 tiles_m, tiles_n;
+  i32 tile_start;  // first CTA of this problem
+};
+
+// Mirrored by `MmaParams` in backend/cuda/fallback.rs.
+struct MmaParams {
+  const MmaProblem* problems;  // [count], device memory
+  i32 count;
+  i32 reserved;
+};
+
+namespace {
+
+constexpr int BM = 64, BN = 64, BK = 32;  // CTA tile; BK = 2 scale blocks
+constexpr int THREADS = 128;              // 4 warps, 2 x 2, each 32 x 32
+constexpr int LDS = BK + 8;               // f16 per shared row: 80 B, conflict-free fragment loads
+
+// Decodes 16 elements (scale block kb) of row `row` of one operand into dst[0..16) as f16.
+// Rows past `rows` and blocks past K/16 become zeros.
+__device__ void stage_block(const u8* vals, const u8* sfs, bool blocked, int rows, int k, int l, int row, int kb,
+                            u16* dst) {
+  uint4* d = reinterpret_cast<uint4*>(dst);
+  const int sf_cols = k / 16;
+  if (row >= rows || kb >= sf_cols) {
+    d[0] = make_uint4(0, 0, 0, 0);
+    d[1] = make_uint4(0, 0, 0, 0);
+    return;
+  }
+  const uint2 w = ptx::ld_nc_v2(vals + ((i64)l * rows + row) * (k / 2) + (i64)kb * 8);
+  const u32 sbyte = ptx::ld_nc_u8(sfs + nvfp4::scale_offset(blocked, rows, sf_cols, row, kb, l));
+  // scale * 64 as f16 in both halves (exact: <= 448 * 64 < 65504; NaN stays NaN).
+  const u32 s = ptx::hmul2(ptx::cvt_e4m3x2_f16x2(sbyte | (sbyte << 8)), 0x54005400u);
+  u32 h[8];
+  nvfp4::decode_f16x8(w.x, s, h);
+  nvfp4::decode_f16x8(w.y, s, h + 4);
+  d[0] = make_uint4(h[0], h[1], h[2], h[3]);
+  d[1] = make_uint4(h[4], h[5], h[6], h[7]);
+}
+
+// Stages one [64, BK] operand tile: thread t decodes row t / 2, block t % 2.
+__device__ void stage_tile(const u8* vals, const u8* sfs, bool blocked, int rows, int k, int l, int row0, int kt,
+                           u16* tile) {
+  const int r = threadIdx.x / 2, h = threadIdx.x % 2;
+  stage_block(vals, sfs, blocked, rows, k, l, row0 + r, kt * 2 + h, tile + r * LDS + h * 16);
+}
+
+// acc[mi][ni] += A[32 x 16] * B[16 x 32] for this warp's sub-tile at K offset k0 of the tile.
+__device__ __forceinline__ void mma_k16(const u16* As, const u16* Bs, int wm, int wn, int k0, float (*acc)[4][4]) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  u32 a[2][4], b[4][2];
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+    const u16* p = As + (wm * 32 + mi * 16 + g) * LDS + k0 + 2 * t;
+    a[mi][0] = *reinterpret_cast<const u32*>(p);
+    a[mi][1] = *reinterpret_cast<const u32*>(p + 8 * LDS);
+    a[mi][2] = *reinterpret_cast<const u32*>(p + 8);
+    a[mi][3] = *reinterpret_cast<const u32*>(p + 8 * LDS + 8);
+  }
+#pragma unroll
+  for (int ni = 0; ni < 4; ++ni) {
+    const u16* p = Bs + (wn * 32 + ni * 8 + g) * LDS + k0 + 2 * t;
+    b[ni][0] = *reinterpret_cast<const u32*>(p);
+    b[ni][1] = *reinterpret_cast<const u32*>(p + 8);
+  }
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) ptx::mma_m16n8k16_f16_f32(acc[mi][ni], a[mi], b[ni]);
+}
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+template <bool DUAL>
+__device__ void gemm_body(const MmaProblem* problems, int count) {
+  __shared__ __align__(16) u16 As[BM * LDS];   // [64, BK] f16, padded rows
+  __shared__ __align__(16) u16 Bs[BN * LDS];   // [64, BK] f16, rows are N (K-major)
+  __shared__ __align__(16) u16 B2s[DUAL ? BN * LDS : 8];
+
+  int g = 0;
+  while (g + 1 < count && problems[g + 1].tile_start <= (int)blockIdx.x) ++g;
+  const MmaProblem& P = problems[g];
+  const int local = blockIdx.x - P.tile_start;
+  const int per_batch = P.tiles_m * P.tiles_n;
+  const int l = local / per_batch, tm = (local % per_batch) / P.tiles_n, tn = local % P.tiles_n;
+  const int m0 = tm * BM, n0 = tn * BN;
+  const int warp = threadIdx.x / 32, wm = warp / 2, wn = warp % 2;
+
+  float acc[2][4][4] = {};
+  float acc2[DUAL ? 2 : 1][4][4] = {};
+  const int ktiles = (P.k + BK - 1) / BK;
+  for (int kt = 0; kt < ktiles; ++kt) {
+    __syncthreads();  // the previous tile's fragments are read
+    stage_tile(P.a, P.sfa, P.layouts & 1, P.m, P.k, l, m0, kt, As);
+    stage_tile(P.b, P.sfb, P.layouts & 2, P.n, P.k, l, n0, kt, Bs);
+    if (DUAL) stage_tile(P.b2, P.sfb2, P.layouts & 4, P.n, P.k, l, n0, kt, B2s);
+    __syncthreads();
+#pragma unroll
+    for (int k0 = 0; k0 < BK; k0 += 16) {
+      mma_k16(As, Bs, wm, wn, k0, acc);
+      if (DUAL) mma_k16(As, B2s, wm, wn, k0, acc2);
+    }
+  }
+
+  // Epilogue: fragment element e of acc[mi][ni] is row g (+8 for e >= 2), column 2t + e % 2.
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = m0 + wm * 32 + mi * 16 + lane / 4 + (e / 2) * 8;
+        const int col = n0 + wn * 32 + ni * 8 + 2 * (lane % 4) + e % 2;
+        if (row >= P.m || col >= P.n) continue;
+        u16 out;
+        if (DUAL) {
+          const float x1 = (float)((double)acc[mi][ni][e] * P.alpha);
+          const float x2 = (float)((double)acc2[DUAL ? mi : 0][ni][e] * P.alpha2);
+          out = ptx::f32_to_f16_rn(silu(x1) * x2);
+        } else {
+          out = ptx::f64_to_f16_rn((double)acc[mi][ni][e] * P.alpha);
+        }
+        P.c[((i64)l * P.m + row) * P.n + col] = out;
+      }
+}
+
+}  // namespace
+
+// GEMM and grouped GEMM: `count` problems, all tiles in one grid.
+extern "C" __global__ void __launch_bounds__(THREADS) gemm_nvfp4_sm90_mma(const __grid_constant__ MmaParams p) {
+  gemm_body<false>(p.problems, p.count);
+}
+
+// Gated dual GEMM: silu(A * B1^T) * (A * B2^T), the A tile decoded once for both.
+extern "C" __global__ void __launch_bounds__(THREADS) dual_gemm_nvfp4_sm90_mma(const __grid_constant__ MmaParams p) {
+  gemm_body<true>(p.problems, p.count);
+}

@@ -1,0 +1,341 @@
+// gemv.cu: batched NVFP4 GEMV, c[l, m] = sum_k A[l, m, k] * B[l, k], f16 out (SPEC §3.1).
+//
+// Algorithm (a pure bandwidth problem: every byte of A is read once):
+// - A row tile is 32 rows of one batch: rows 128*t + 32*q + r0 + warp (q = 0..3, r0 = 8*(tile%4)),
+//   so that in the blocked scale layout the 4 rows of a warp share one 16 B scale group and the
+//   8 warps of a CTA fill whole 32 B sectors.
+// - K is walked in K-steps of 32 chunks; lane i of every warp takes chunk i of the K-step for its
+//   4 rows. A chunk is 16 B of A (32 elements, 2 scale blocks), or 8 B when K % 32 == 16. A is
+//   streamed (L1::no_allocate, L2 evict_first); the next K-step's loads are in flight while the
+//   current one is computed (register double buffering).
+// - Split-K (when M * L is too small to fill the GPU): each slice writes f32 partials; the last
+//   CTA of a row tile (an atomic counter, reset by that CTA) adds them in slice order.
+// - Persistent: the host sizes the grid to the resident CTAs; CTA b runs tiles
+//   [b * tiles_per_cta, (b + 1) * tiles_per_cta).
+// - B is decoded once per window into shared memory as int8 (2x the E2M1 value) and its negation,
+//   with its scales as f32. Decoding and multiplying an A element costs ~1.5 instructions (a prmt
+//   table lookup of the magnitude, a prmt that picks b or -b by the sign, dp4a: exact int32 per
+//   16-block); ~2.2 per element with scales, loads and addressing (SASS, 2026-11-22).
+// - Per block: int sum -> f32 (magic-number add) -> fma with sa * sb into an f32 accumulator.
+//   Sums of SPEC GEMV data are exact in f32, so the result is bit-identical to the reference.
+#include "ptx.cuh"
+#include "nvfp4.cuh"
+
+// Mirrored by `GemvParams` in backend/cuda/gemv.rs (#[repr(C)], same order).
+struct GemvParams {
+  const u8* a;       // [L, M, K/2] packed e2m1
+  const u8* sfa;     // [L, M, K/16] e4m3 (plain) or [L, R, C, 512] (blocked)
+  const u8* b;       // [L, 1, K/2]
+  const u8* sfb;     // [L, 1, K/16] or [L, 1, C, 512]
+  u16* c;            // [L, M] f16
+  float* partial;    // [split, L, M] f32, split-K partial sums
+  u32* counters;     // [L, row_ctas], zero between launches
+  double alpha;      // applied in f64 before the single rounding to f16
+  i32 m, k, l;
+  i32 row_ctas;          // row tiles per batch (4 per 128 rows)
+  i32 split;             // K slices
+  i32 ksteps_per_slice;  // K-steps (32 chunks) per slice
+  i32 window_ksteps;     // K-steps of B held in shared memory at a time
+  i32 tiles;             // row_ctas * l * split
+  i32 tiles_per_cta;
+  i32 reserved;
+};
+
+namespace {
+
+constexpr int WARPS = 8;
+constexpr int THREADS = WARPS * 32;
+constexpr int ROWS_PER_WARP = 4;
+constexpr int PREFETCH_KSTEPS = 4;  // K-steps of A requested into L2 before B is staged
+
+// Compile-time shape of one variant. CB = bytes of A per lane per K-step.
+template <int CB>
+struct Chunk {
+  static constexpr int WORDS = CB / 4;            // packed words (8 elements each)
+  static constexpr int BLOCKS = CB / 8;           // scale blocks (16 elements each)
+  static constexpr int PLANES = CB / 8;           // 16 B shared-memory planes of decoded B
+  static constexpr int KSTEP_A = 32 * CB;         // bytes of one A row per K-step
+  static constexpr int KSTEP_SF = 32 * BLOCKS;    // scale bytes of one row per K-step (plain)
+  static constexpr int KSTEP_GROUPS = KSTEP_SF / 4 * 512;  // blocked: bytes per K-step
+  static constexpr int WINDOW_BYTES_PER_CHUNK = 2 * PLANES * 16 + BLOCKS * 4;  // b, -b, sb
+  // `Chunk::smem_per_chunk` in backend/cuda/gemv.rs mirrors WINDOW_BYTES_PER_CHUNK.
+};
+
+// Mirror of the host's byte count (backend/cuda/gemv.rs: Chunk::smem_per_chunk).
+static_assert(Chunk<16>::WINDOW_BYTES_PER_CHUNK == 72 && Chunk<8>::WINDOW_BYTES_PER_CHUNK == 36, "gemv.rs");
+
+// Decodes B chunks [c0, c1) of batch l into shared memory:
+//   bq[plane][chunk] : [PLANES, WC, 16 B] int8 (2x value), words 2*plane and 2*plane+1
+//   nq[plane][chunk] : the same, negated
+//   sb[chunk][block] : [WC, BLOCKS] f32, scale / 4 (undoes the 2x of both int8 operands)
+// NOTE: every thread issues all its loads (at most MAX_STAGE_WORDS words and MAX_STAGE_SCALES
+// scales, the host keeps windows within that) before decoding any: one load latency per window
+// instead of one per loop trip, which cost several microseconds at the start of every CTA.
+constexpr int MAX_STAGE_WORDS = 8, MAX_STAGE_SCALES = 4;
+
+template <int CB, bool BLOCKED>
+__device__ void stage_b(const GemvParams& p, u8* smem, int wc, int l, int c0, int c1) {
+  using C = Chunk<CB>;
+  const u8* bl = p.b + (i64)l * (p.k / 2);
+  const int words = (c1 - c0) * C::WORDS, blocks = (c1 - c0) * C::BLOCKS, sf_cols = p.k / 16;
+  u32 w[MAX_STAGE_WORDS], sc[MAX_STAGE_SCALES];
+#pragma unroll
+  for (int n = 0; n < MAX_STAGE_WORDS; ++n) {
+    const int i = threadIdx.x + n * THREADS;
+    if (i < words) w[n] = ptx::ld_nc_u32(bl + (i64)c0 * CB + i * 4);
+  }
+#pragma unroll
+  for (int n = 0; n < MAX_STAGE_SCALES; ++n) {
+    const int i = threadIdx.x + n * THREADS;
+    if (i < blocks) sc[n] = ptx::ld_nc_u8(p.sfb + nvfp4::scale_offset(BLOCKED, 1, sf_cols, 0, c0 * C::BLOCKS + i, l));
+  }
+#pragma unroll
+  for (int n = 0; n < MAX_STAGE_WORDS; ++n) {
+    const int i = threadIdx.x + n * THREADS;
+    if (i >= words) break;
+    const int cl = i / C::WORDS, wi = i % C::WORDS;
+    const nvfp4::BWord d = nvfp4::decode_b_word(w[n]);
+    const int off = (wi / 2) * wc * 16 + cl * 16 + (wi % 2) * 8;
+    *reinterpret_cast<uint2*>(smem + off) = make_uint2(d.lo, d.hi);
+    *reinterpret_cast<uint2*>(smem + C::PLANES * wc * 16 + off) = make_uint2(d.nlo, d.nhi);
+  }
+  float* sb = reinterpret_cast<float*>(smem + 2 * C::PLANES * wc * 16);
+#pragma unroll
+  for (int n = 0; n < MAX_STAGE_SCALES; ++n) {
+    const int i = threadIdx.x + n * THREADS;
+    if (i < blocks) sb[i] = nvfp4::e4m3_to_f32(sc[n]) * 0.25f;
+  }
+}
+
+// Where one lane reads A and its scales, for the warp's 4 rows; advanced one K-step at a time.
+// Rows past M are clamped to row M-1 (valid memory, results discarded), so loads need no
+// per-row predicate.
+template <int CB, bool BLOCKED>
+struct Cursor {
+  const u8* a[ROWS_PER_WARP];   // this lane's chunk of each row
+  const u8* sf[ROWS_PER_WARP];  // plain: the chunk's scale bytes of each row; blocked: [0] only
+  int sf_shift;                 // blocked: bit offset of this lane's scales in its 4-byte word
+
+  __device__ __forceinline__ void advance() {
+    using C = Chunk<CB>;
+#pragma unroll
+    for (int q = 0; q < ROWS_PER_WARP; ++q) {
+      a[q] += C::KSTEP_A;
+      if (!BLOCKED) sf[q] += C::KSTEP_SF;
+    }
+    if (BLOCKED) sf[0] += C::KSTEP_GROUPS;
+  }
+};
+
+template <int CB, bool BLOCKED>
+__device__ __forceinline__ Cursor<CB, BLOCKED> make_cursor(const GemvParams& p, int l, const int* row, int chunk) {
+  using C = Chunk<CB>;
+  Cursor<CB, BLOCKED> cur;
+  const int sf_cols = p.k / 16;
+  const int j = chunk * C::BLOCKS;
+#pragma unroll
+  for (int q = 0; q < ROWS_PER_WARP; ++q) {
+    const i64 r = (i64)l * p.m + min(row[q], p.m - 1);
+    cur.a[q] = p.a + r * (p.k / 2) + (i64)chunk * CB;
+    cur.sf[q] = p.sfa + r * sf_cols + j;
+  }
+  if (BLOCKED) {
+    // The 4 rows differ only in (i % 128) / 32 = q: one 16 B group holds all their scales,
+    // 4 bytes per row, scale columns 4 * (j / 4) .. + 3.
+    cur.sf[0] = p.sfa + nvfp4::scale_offset(true, p.m, sf_cols, min(row[0], p.m - 1), j & ~3, l);
+  }
+  cur.sf_shift = 8 * (j & 3);
+  return cur;
+}
+
+// One K-step's A data of one lane: the chunk of each of the warp's 4 rows, and their scales.
+struct AChunk {
+  uint4 v[ROWS_PER_WARP];  // CB bytes used
+  u32 s[ROWS_PER_WARP];    // the chunk's scale bytes, low byte first
+};
+
+template <int CB, bool BLOCKED>
+__device__ __forceinline__ void load_a(const Cursor<CB, BLOCKED>& cur, AChunk& x, bool ok, u64 pol) {
+  if (!ok) return;
+#pragma unroll
+  for (int q = 0; q < ROWS_PER_WARP; ++q) {
+    if (CB == 16) {
+      x.v[q] = ptx::ld_stream_v4(cur.a[q], pol);
+    } else {
+      const uint2 h = ptx::ld_stream_v2(cur.a[q], pol);
+      x.v[q].x = h.x;
+      x.v[q].y = h.y;
+    }
+    if (!BLOCKED) x.s[q] = CB == 16 ? ptx::ld_nc_u16(cur.sf[q]) : ptx::ld_nc_u8(cur.sf[q]);
+  }
+  if (BLOCKED) {
+    const uint4 g = ptx::ld_nc_v4(cur.sf[0]);
+    const u32 w[4] = {g.x, g.y, g.z, g.w};
+#pragma unroll
+    for (int q = 0; q < ROWS_PER_WARP; ++q) x.s[q] = (w[q] >> cur.sf_shift) & (CB == 16 ? 0xFFFFu : 0xFFu);
+  }
+}
+
+// acc[q] += the chunk's dot products, block by block.
+template <int CB>
+__device__ __forceinline__ void compute(const AChunk& x, const u8* smem, int wc, int cl, float* acc) {
+  using C = Chunk<CB>;
+  // Decoded B of this chunk: word w's int8 at plane w/2, half w%2.
+  u32 b[C::WORDS][2], nb[C::WORDS][2];
+#pragma unroll
+  for (int pl = 0; pl < C::PLANES; ++pl) {
+    const uint4 vb = *reinterpret_cast<const uint4*>(smem + pl * wc * 16 + cl * 16);
+    const uint4 vn = *reinterpret_cast<const uint4*>(smem + (C::PLANES + pl) * wc * 16 + cl * 16);
+    b[2 * pl][0] = vb.x, b[2 * pl][1] = vb.y, b[2 * pl + 1][0] = vb.z, b[2 * pl + 1][1] = vb.w;
+    nb[2 * pl][0] = vn.x, nb[2 * pl][1] = vn.y, nb[2 * pl + 1][0] = vn.z, nb[2 * pl + 1][1] = vn.w;
+  }
+  const float* sbp = reinterpret_cast<const float*>(smem + 2 * C::PLANES * wc * 16) + cl * C::BLOCKS;
+  float sb[C::BLOCKS];
+#pragma unroll
+  for (int t = 0; t < C::BLOCKS; ++t) sb[t] = sbp[t];
+
+#pragma unroll
+  for (int q = 0; q < ROWS_PER_WARP; ++q) {
+    const u32 w[4] = {x.v[q].x, x.v[q].y, x.v[q].z, x.v[q].w};
+    float sa[2];
+    nvfp4::e4m3x2_to_f32(x.s[q], sa[0], sa[1]);
+#pragma unroll
+    for (int t = 0; t < C::BLOCKS; ++t) {
+      i32 s = nvfp4::MAGIC_BITS;
+      s = nvfp4::dot8(w[2 * t], b[2 * t][0], b[2 * t][1], nb[2 * t][0], nb[2 * t][1], s);
+      s = nvfp4::dot8(w[2 * t + 1], b[2 * t + 1][0], b[2 * t + 1][1], nb[2 * t + 1][0], nb[2 * t + 1][1], s);
+      acc[q] = fmaf(nvfp4::magic_to_float(s), sa[t] * sb[t], acc[q]);
+    }
+  }
+}
+
+// Requests this lane's A chunks of the first PREFETCH_KSTEPS K-steps at `cur` into L2.
+template <int CB, bool BLOCKED>
+__device__ __forceinline__ void prefetch_a(const Cursor<CB, BLOCKED>& cur, int chunk, int ksteps_left, int chunks) {
+#pragma unroll
+  for (int u = 0; u < PREFETCH_KSTEPS; ++u)
+#pragma unroll
+    for (int q = 0; q < ROWS_PER_WARP; ++q)
+      if (u < ksteps_left && chunk + 32 * u < chunks) ptx::prefetch_l2(cur.a[q] + u * Chunk<CB>::KSTEP_A);
+}
+
+// Sums acc[0..3] over the warp: afterwards lane 8q holds row q's total. Butterfly reduce-scatter,
+// fixed order (deterministic).
+__device__ __forceinline__ float warp_reduce4(const float* acc, int lane) {
+  const bool hi16 = lane & 16, hi8 = lane & 8;
+  const float k0 = hi16 ? acc[2] : acc[0], k1 = hi16 ? acc[3] : acc[1];
+  const float s0 = hi16 ? acc[0] : acc[2], s1 = hi16 ? acc[1] : acc[3];
+  const float r0 = k0 + __shfl_xor_sync(0xFFFFFFFFu, s0, 16);
+  const float r1 = k1 + __shfl_xor_sync(0xFFFFFFFFu, s1, 16);
+  float t = (hi8 ? r1 : r0) + __shfl_xor_sync(0xFFFFFFFFu, hi8 ? r0 : r1, 8);
+  t += __shfl_xor_sync(0xFFFFFFFFu, t, 4);
+  t += __shfl_xor_sync(0xFFFFFFFFu, t, 2);
+  t += __shfl_xor_sync(0xFFFFFFFFu, t, 1);
+  return t;
+}
+
+template <int CB, bool BLOCKED>
+__device__ void gemv_body(const GemvParams& p) {
+  extern __shared__ __align__(16) u8 smem[];
+  __shared__ u32 s_last;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int chunks = p.k / 2 / CB;
+  const int ksteps = (chunks + 31) / 32;
+  const int wc = p.window_ksteps * 32;  // chunks per shared-memory window
+  const u64 pol = ptx::policy_evict_first();
+  int staged = -1;  // (batch, slice) whose B is in shared memory, when it fits one window
+
+  const int t_begin = blockIdx.x * p.tiles_per_cta;
+  const int t_end = min(t_begin + p.tiles_per_cta, p.tiles);
+  for (int tile = t_begin; tile < t_end; ++tile) {
+    const int slice = tile % p.split, rest = tile / p.split;
+    const int rc = rest % p.row_ctas, l = rest / p.row_ctas;
+    int row[ROWS_PER_WARP];
+#pragma unroll
+    for (int q = 0; q < ROWS_PER_WARP; ++q) row[q] = (rc / 4) * 128 + 32 * q + (rc % 4) * 8 + warp;
+    const int ks0 = slice * p.ksteps_per_slice;
+    const int ks1 = min(ks0 + p.ksteps_per_slice, ksteps);
+    const bool one_window = ks1 - ks0 <= p.window_ksteps;
+    float acc[ROWS_PER_WARP] = {0.f, 0.f, 0.f, 0.f};
+
+    for (int ws = ks0; ws < ks1; ws += p.window_ksteps) {
+      const int we = min(ws + p.window_ksteps, ks1);
+      const int key = l * p.split + slice;
+      Cursor<CB, BLOCKED> cur = make_cursor<CB, BLOCKED>(p, l, row, ws * 32 + lane);
+      if (!one_window || staged != key) {
+        // NOTE: the window's first A lines are requested (into L2, no registers held) before
+        // B is staged, so that A's DRAM latency overlaps B's load and decode.
+        prefetch_a<CB, BLOCKED>(cur, ws * 32 + lane, we - ws, chunks);
+        __syncthreads();  // every warp is done with the previous window
+        stage_b<CB, BLOCKED>(p, smem, wc, l, ws * 32, min(we * 32, chunks));
+        __syncthreads();
+        staged = one_window ? key : -1;
+      }
+      // Register double buffering: K-step ks + 1 is loading while ks is computed.
+      AChunk x0, x1;
+      load_a<CB, BLOCKED>(cur, x0, ws * 32 + lane < chunks, pol);
+      cur.advance();
+      for (int ks = ws; ks < we; ks += 2) {
+        const int c0 = ks * 32 + lane, c1 = c0 + 32;
+        load_a<CB, BLOCKED>(cur, x1, ks + 1 < we && c1 < chunks, pol);
+        cur.advance();
+        if (c0 < chunks) compute<CB>(x0, smem, wc, c0 - ws * 32, acc);
+        if (ks + 1 >= we) break;
+        load_a<CB, BLOCKED>(cur, x0, ks + 2 < we && c1 + 32 < chunks, pol);
+        cur.advance();
+        if (c1 < chunks) compute<CB>(x1, smem, wc, c1 - ws * 32, acc);
+      }
+    }
+
+    // Epilogue: one total per row, then f16 (or an f32 partial when split).
+    const float total = warp_reduce4(acc, lane);
+    const int my_row = (rc / 4) * 128 + 32 * (lane / 8) + (rc % 4) * 8 + warp;  // row of lane 8q
+    const bool writer = lane % 8 == 0 && my_row < p.m;
+    if (p.split == 1) {
+      if (writer) p.c[(i64)l * p.m + my_row] = ptx::f64_to_f16_rn((double)total * p.alpha);
+      continue;
+    }
+    if (writer) p.partial[((i64)slice * p.l + l) * p.m + my_row] = total;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const u32 arrived = atomicAdd(p.counters + (i64)l * p.row_ctas + rc, 1u);
+      s_last = arrived == (u32)p.split - 1;
+    }
+    __syncthreads();
+    if (s_last) {
+      __threadfence();
+      if (threadIdx.x < 32) {
+        const int rq = threadIdx.x / 8, rw = threadIdx.x % 8;
+        const int r = (rc / 4) * 128 + 32 * rq + (rc % 4) * 8 + rw;
+        if (r < p.m) {
+          float sum = 0.f;
+          for (int s = 0; s < p.split; ++s) sum += ptx::ld_cg_f32(p.partial + ((i64)s * p.l + l) * p.m + r);
+          p.c[(i64)l * p.m + r] = ptx::f64_to_f16_rn((double)sum * p.alpha);
+        }
+      }
+      if (threadIdx.x == 0) p.counters[(i64)l * p.row_ctas + rc] = 0;  // ready for the next launch
+    }
+  }
+}
+
+}  // namespace
+
+// Kernels: 16 B chunks for K % 32 == 0, 8 B chunks (suffix _k16) for any K % 16 == 0; each in
+// both scale layouts.
+// NOTE: 256 threads, 2 CTAs (16 warps) per SM at <= 128 registers; double-buffered, 4 rows x
+// 2 K-steps x 16 B per lane are in flight (64 KB of A per SM), well above the ~20 KB Little's
+// law asks for at 3 TB/s. Measured on the H100 (2026-11-22, ncu PM sampling, 7168x16384x1): DRAM
+// reads run at 82-94% of peak (the copy ceiling) in steady state; what is lost is the ~1.5 us
+// ramp at the start and a ~2-3 us tail. Tried and dropped, none faster: a 4-stage cp.async ring
+// (3x the bytes in flight), stream-K (every SM the same work), row-contiguous streaming.
+#define GEMV_KERNEL(name, CB, BLOCKED)                                                             \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) name(const __grid_constant__ GemvParams p) { \
+    gemv_body<CB, BLOCKED>(p);                                                                     \
+  }
+
+GEMV_KERNEL(gemv_nvfp4_sm90_plain, 16, false)
+GEMV_KERNEL(gemv_nvfp4_sm90_blocked, 16, true)
+GEMV_KERNEL(gemv_nvfp4_sm90_plain_k16, 8, false)
+GEMV_KERNEL(gemv_nvfp4_sm90_blocked_k16, 8, true)

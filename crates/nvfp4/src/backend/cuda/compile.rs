@@ -1,0 +1,329 @@
+//! Kernel sources, NVRTC options, the on-disk CUBIN cache, and the ptxas resource report.
+//!
+//! The `.cu` files under `crates/nvfp4/kernels/` are embedded in the library and compiled at run
+//! time by NVRTC for the GPU's compute capability, straight to a CUBIN. CUBINs are cached on disk
+//! under a key that hashes everything that could change the machine code: source and headers,
+//! options, NVRTC version and target architecture. A cache entry that is corrupt or fails to load
+//! is rebuilt; a cache that cannot be written is skipped. Neither is ever an error.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cudarc::driver::CudaModule;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::runtime::{nvrtc_compile, nvrtc_version, Gpu};
+use crate::{Error, Result};
+
+/// One `.cu` file: one NVRTC program, one CUBIN, the kernel symbols it defines.
+#[derive(Debug)]
+pub struct KernelModule {
+    /// File name under `crates/nvfp4/kernels/`.
+    pub file: &'static str,
+    /// The source text, embedded at build time.
+    pub source: &'static str,
+    /// The `extern "C"` kernels it defines.
+    pub symbols: &'static [&'static str],
+}
+
+/// The shared headers, `#include`d by name (NVRTC has no include path).
+pub const HEADERS: &[(&str, &str)] =
+    &[("ptx.cuh", include_str!("../../../kernels/ptx.cuh")), ("nvfp4.cuh", include_str!("../../../kernels/nvfp4.cuh"))];
+
+/// The batched GEMV kernels.
+pub static GEMV: KernelModule = KernelModule {
+    file: "gemv.cu",
+    source: include_str!("../../../kernels/gemv.cu"),
+    symbols: &[
+        "gemv_nvfp4_sm90_plain",
+        "gemv_nvfp4_sm90_blocked",
+        "gemv_nvfp4_sm90_plain_k16",
+        "gemv_nvfp4_sm90_blocked_k16",
+    ],
+};
+
+/// The tensor-core fallback for GEMM, grouped GEMM and dual GEMM.
+pub static FALLBACK: KernelModule = KernelModule {
+    file: "gemm_fallback.cu",
+    source: include_str!("../../../kernels/gemm_fallback.cu"),
+    symbols: &["gemm_nvfp4_sm90_mma", "dual_gemm_nvfp4_sm90_mma"],
+};
+
+/// Every kernel module of the library.
+pub static MODULES: [&KernelModule; 3] = [&GEMV, &FALLBACK, &super::gemm::GEMM_SM90];
+
+/// The architecture shipped kernels are built for by default (`nvfp4 kernels`).
+pub const DEFAULT_ARCH: &str = "sm_90a";
+
+/// The NVRTC target for a compute capability: `sm_90a` on Hopper (wgmma and setmaxnreg need the
+/// `a` target), `sm_XY` elsewhere. The kernels need sm_89+ (`cvt.rn.f16x2.e4m3x2`).
+pub fn arch_for(cc: (i32, i32)) -> Result<String> {
+    match cc {
+        (9, 0) => Ok("sm_90a".into()),
+        (major, minor) if major * 10 + minor >= 89 => Ok(format!("sm_{major}{minor}")),
+        (major, minor) => Err(Error::Unsupported {
+            backend: "cuda".into(),
+            what: format!("compute capability {major}.{minor} (the kernels need 8.9 or newer)"),
+        }),
+    }
+}
+
+/// NVRTC options for `arch` (e.g. `sm_90a`).
+pub fn options(arch: &str, verbose: bool) -> Vec<String> {
+    let mut o = vec![format!("--gpu-architecture={arch}"), "-std=c++17".into(), "-lineinfo".into()];
+    if verbose {
+        o.push("--ptxas-options=-v".into());
+    }
+    o
+}
+
+/// The CUBIN cache folder: `$NVFP4_CACHE_DIR`, else `$XDG_CACHE_HOME/nvfp4`, else
+/// `~/.cache/nvfp4`; `None` when none of them is set.
+pub fn cache_dir() -> Option<PathBuf> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    var("NVFP4_CACHE_DIR")
+        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("nvfp4")))
+        .or_else(|| var("HOME").map(|d| d.join(".cache").join("nvfp4")))
+}
+
+/// Hex SHA-256 over everything that determines the CUBIN.
+pub fn cache_key(module: &KernelModule, arch: &str, options: &[String], nvrtc: (i32, i32)) -> String {
+    let mut h = Sha256::new();
+    let mut field = |bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    field(b"nvfp4-cubin-v1");
+    field(module.file.as_bytes());
+    field(module.source.as_bytes());
+    for (name, text) in HEADERS {
+        field(name.as_bytes());
+        field(text.as_bytes());
+    }
+    for o in options {
+        field(o.as_bytes());
+    }
+    field(format!("nvrtc {}.{}", nvrtc.0, nvrtc.1).as_bytes());
+    field(arch.as_bytes());
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Cache file format: magic, SHA-256 of the payload, payload (the CUBIN). The checksum catches
+/// truncated or overwritten files before the driver ever sees them.
+const MAGIC: &[u8; 8] = b"NVFP4CB1";
+
+fn read_cached(path: &Path) -> Option<Vec<u8>> {
+    let bytes = std::fs::read(path).ok()?;
+    if bytes.len() <= 40 || &bytes[..8] != MAGIC {
+        return None;
+    }
+    let (sum, payload) = (&bytes[8..40], &bytes[40..]);
+    (Sha256::digest(payload).as_slice() == sum).then(|| payload.to_vec())
+}
+
+/// Writes atomically: a unique temporary file in the same folder, then a rename.
+fn write_cached(path: &Path, cubin: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let tmp = dir.join(format!(
+        ".{}.{}.{nanos}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("cubin"),
+        std::process::id()
+    ));
+    let mut data = Vec::with_capacity(40 + cubin.len());
+    data.extend_from_slice(MAGIC);
+    data.extend_from_slice(&Sha256::digest(cubin));
+    data.extend_from_slice(cubin);
+    std::fs::write(&tmp, &data)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+/// Compiles `module` for `arch`. With `verbose`, the log carries ptxas's resource lines.
+pub fn compile(module: &KernelModule, arch: &str, verbose: bool) -> Result<(Vec<u8>, String)> {
+    let out = nvrtc_compile(module.file, module.source, HEADERS, &options(arch, verbose))?;
+    Ok((out.cubin, out.log))
+}
+
+/// Loads `module` for this GPU from the disk cache, compiling (and caching) it on a miss.
+pub(crate) fn load(gpu: &Gpu, module: &KernelModule) -> Result<Arc<CudaModule>> {
+    let arch = arch_for(gpu.info().compute_capability)?;
+    let opts = options(&arch, false);
+    let key = cache_key(module, &arch, &opts, nvrtc_version()?);
+    let path = cache_dir().map(|d| d.join(format!("{}-{key}.cubin", module.file.trim_end_matches(".cu"))));
+    if let Some(cubin) = path.as_deref().and_then(read_cached) {
+        if let Ok(m) = gpu.load_module(&cubin) {
+            return Ok(m);
+        }
+        // An entry that passes its checksum but does not load (e.g. another driver wrote it):
+        // fall through and rebuild it.
+    }
+    let (cubin, _log) = compile(module, &arch, false)?;
+    let loaded = gpu.load_module(&cubin)?;
+    if let Some(p) = &path {
+        // Best effort: a read-only or full disk only costs a recompile next time.
+        let _ = write_cached(p, &cubin);
+    }
+    Ok(loaded)
+}
+
+/// Resources of one compiled kernel, from ptxas's verbose report.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct KernelReport {
+    /// Source file.
+    pub file: String,
+    /// Kernel symbol.
+    pub symbol: String,
+    /// Registers per thread.
+    pub registers: u32,
+    /// Bytes of register spill stores.
+    pub spill_stores: u32,
+    /// Bytes of register spill loads.
+    pub spill_loads: u32,
+    /// Bytes of stack frame (local memory).
+    pub stack_bytes: u32,
+    /// Bytes of static shared memory (dynamic shared memory is set per launch).
+    pub smem_bytes: u32,
+}
+
+impl KernelReport {
+    /// True when the kernel spills registers to local memory.
+    pub fn spills(&self) -> bool {
+        self.spill_stores > 0 || self.spill_loads > 0
+    }
+}
+
+impl fmt::Display for KernelReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {} registers, {} B spill stores, {} B spill loads, {} B stack, {} B smem",
+            self.symbol, self.registers, self.spill_stores, self.spill_loads, self.stack_bytes, self.smem_bytes
+        )
+    }
+}
+
+/// The number before `unit` in `line` (`"... 72 registers"` -> 72).
+fn number_before(line: &str, unit: &str) -> Option<u32> {
+    let idx = line.find(unit)?;
+    line[..idx].split(|c: char| !c.is_ascii_digit()).rfind(|s| !s.is_empty())?.parse().ok()
+}
+
+/// Parses a ptxas `-v` log into one report per entry function.
+pub fn parse_ptxas_log(file: &str, log: &str) -> Vec<KernelReport> {
+    let mut out: Vec<KernelReport> = Vec::new();
+    for line in log.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            let symbol = rest.split('\'').next().unwrap_or_default().to_string();
+            out.push(KernelReport { file: file.to_string(), symbol, ..Default::default() });
+            continue;
+        }
+        let Some(cur) = out.last_mut() else { continue };
+        if line.contains("bytes stack frame") {
+            cur.stack_bytes = number_before(line, " bytes stack frame").unwrap_or(0);
+            cur.spill_stores = number_before(line, " bytes spill stores").unwrap_or(0);
+            cur.spill_loads = number_before(line, " bytes spill loads").unwrap_or(0);
+        } else if line.contains(" registers") {
+            cur.registers = number_before(line, " registers").unwrap_or(0);
+            cur.smem_bytes = number_before(line, " bytes smem").unwrap_or(0);
+        }
+    }
+    out
+}
+
+/// Compiles every module for `arch` (no GPU needed) and reports each kernel's resources. A
+/// kernel the module promises but ptxas did not report is an error.
+pub fn kernel_reports(arch: &str) -> Result<Vec<KernelReport>> {
+    let mut all = Vec::new();
+    for module in MODULES {
+        let (_cubin, log) = compile(module, arch, true)?;
+        let reports = parse_ptxas_log(module.file, &log);
+        for sym in module.symbols {
+            if !reports.iter().any(|r| r.symbol == *sym) {
+                return Err(Error::Compile {
+                    name: module.file.to_string(),
+                    log: format!("kernel `{sym}` missing from the ptxas report:\n{log}"),
+                });
+            }
+        }
+        all.extend(reports);
+    }
+    Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOG: &str = "ptxas info    : 80 bytes gmem
+ptxas info    : Compiling entry function 'gemv_nvfp4_sm90_plain' for 'sm_90a'
+ptxas info    : Function properties for gemv_nvfp4_sm90_plain
+ptxas         .     32 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 76 registers, used 1 barriers, 16 bytes smem
+ptxas info    : Compile time = 68.347 ms
+ptxas info    : Compiling entry function 'k2' for 'sm_90a'
+ptxas info    : Function properties for k2
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 16 registers, used 0 barriers
+";
+
+    #[test]
+    fn parses_ptxas_report() {
+        let r = parse_ptxas_log("gemv.cu", LOG);
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            r[0],
+            KernelReport {
+                file: "gemv.cu".into(),
+                symbol: "gemv_nvfp4_sm90_plain".into(),
+                registers: 76,
+                spill_stores: 8,
+                spill_loads: 4,
+                stack_bytes: 32,
+                smem_bytes: 16,
+            }
+        );
+        assert!(r[0].spills());
+        assert_eq!((r[1].symbol.as_str(), r[1].registers, r[1].smem_bytes), ("k2", 16, 0));
+        assert!(!r[1].spills());
+    }
+
+    #[test]
+    fn arch_rules() {
+        assert_eq!(arch_for((9, 0)).unwrap(), "sm_90a");
+        assert_eq!(arch_for((8, 9)).unwrap(), "sm_89");
+        assert_eq!(arch_for((12, 0)).unwrap(), "sm_120");
+        assert!(arch_for((8, 0)).is_err());
+    }
+
+    #[test]
+    fn cache_key_depends_on_every_input() {
+        let o = options("sm_90a", false);
+        let k = cache_key(&GEMV, "sm_90a", &o, (13, 0));
+        assert_eq!(k.len(), 64);
+        assert_ne!(k, cache_key(&GEMV, "sm_89", &o, (13, 0)));
+        assert_ne!(k, cache_key(&GEMV, "sm_90a", &o, (13, 1)));
+        assert_ne!(k, cache_key(&FALLBACK, "sm_90a", &o, (13, 0)));
+        assert_ne!(k, cache_key(&GEMV, "sm_90a", &options("sm_90a", true), (13, 0)));
+    }
+
+    #[test]
+    fn cache_roundtrip_and_corruption() {
+        let dir = std::env::temp_dir().join(format!("nvfp4-cache-test-{}", std::process::id()));
+        let path = dir.join("x.cubin");
+        write_cached(&path, b"not really a cubin").unwrap();
+        assert_eq!(read_cached(&path).as_deref(), Some(&b"not really a cubin"[..]));
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(read_cached(&path), None);
+        std::fs::write(&path, b"short").unwrap();
+        assert_eq!(read_cached(&path), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,368 @@
+//! The batched GEMV: launch configuration heuristic, parameter struct and launch.
+//!
+//! The kernel (kernels/gemv.cu) gives each CTA 32 rows of one batch and a slice of K. The
+//! heuristic below picks the variant, the split of K and the persistent grid from the shape, the
+//! SM count and the kernel's occupancy: deterministic, printable (`NVFP4_PRINT_CONFIG=1`).
+
+use std::fmt;
+
+use cudarc::driver::{CudaFunction, CudaSlice};
+
+use super::runtime::Gpu;
+use crate::format::ScaleLayout;
+use crate::ops::{effective_alpha, Gemv};
+use crate::{Error, Result};
+
+/// Threads per CTA (8 warps).
+pub const THREADS: u32 = 256;
+/// Rows per CTA tile: 8 warps x 4 rows. Four tiles cover one 128-row scale tile.
+pub const ROWS_PER_CTA: usize = 32;
+/// Chunks per K-step: one per lane.
+const KSTEP_CHUNKS: usize = 32;
+/// Shared memory for the decoded B window: at most this many bytes (2 CTAs per SM fit easily).
+const MAX_WINDOW_BYTES: usize = 36 * 1024;
+/// Per-thread load slots of the B staging (`MAX_STAGE_WORDS`, `MAX_STAGE_SCALES` in gemv.cu):
+/// a window holds at most 256 x 8 packed words and 256 x 4 scales.
+const STAGE_WORDS: usize = 256 * 8;
+const STAGE_SCALES: usize = 256 * 4;
+
+/// Bytes of A per lane per K-step: 16 (32 elements) when K % 32 == 0, else 8 (the general path).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Chunk {
+    /// 16 B, 2 scale blocks.
+    B16,
+    /// 8 B, 1 scale block (K % 32 == 16).
+    B8,
+}
+
+impl Chunk {
+    /// Bytes of packed A per chunk.
+    pub fn bytes(self) -> usize {
+        match self {
+            Chunk::B16 => 16,
+            Chunk::B8 => 8,
+        }
+    }
+    /// Shared memory per chunk of a B window: int8 b and -b (2 planes of 16 B per 8 B of A),
+    /// plus an f32 scale per block. Mirrors the layout comment of `stage_b` in gemv.cu.
+    pub fn smem_per_chunk(self) -> usize {
+        let (planes, blocks) = (self.bytes() / 8, self.bytes() / 8);
+        2 * planes * 16 + blocks * 4
+    }
+}
+
+/// The launch configuration of one GEMV shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GemvConfig {
+    /// Kernel symbol.
+    pub symbol: &'static str,
+    /// Scale layout of both operands.
+    pub layout: ScaleLayout,
+    /// Bytes of A per lane per K-step.
+    pub chunk: Chunk,
+    /// (M, K, L).
+    pub mkl: (usize, usize, usize),
+    /// 32-row tiles per batch.
+    pub row_ctas: usize,
+    /// K-steps (32 chunks) per row.
+    pub ksteps: usize,
+    /// K slices (split-K); 1 writes f16 directly.
+    pub split: usize,
+    /// K-steps per slice.
+    pub ksteps_per_slice: usize,
+    /// K-steps of decoded B in shared memory at a time.
+    pub window_ksteps: usize,
+    /// Work items: row tiles x L x slices.
+    pub tiles: usize,
+    /// Tiles per (persistent) CTA.
+    pub tiles_per_cta: usize,
+    /// CTAs launched.
+    pub grid: usize,
+    /// Dynamic shared memory per CTA.
+    pub smem_bytes: usize,
+    /// Resident CTAs per SM (occupancy).
+    pub ctas_per_sm: usize,
+    /// SMs of the device.
+    pub sms: usize,
+}
+
+/// The kernel symbol of a variant: 16 B chunks need K % 32 == 0 (16-byte aligned rows); any
+/// other K % 16 == 0 takes the 8 B path.
+pub fn variant(k: usize, layout: ScaleLayout) -> (&'static str, Chunk) {
+    let wide = k.is_multiple_of(32);
+    let symbol = match (layout, wide) {
+        (ScaleLayout::Plain, true) => "gemv_nvfp4_sm90_plain",
+        (ScaleLayout::Blocked, true) => "gemv_nvfp4_sm90_blocked",
+        (ScaleLayout::Plain, false) => "gemv_nvfp4_sm90_plain_k16",
+        (ScaleLayout::Blocked, false) => "gemv_nvfp4_sm90_blocked_k16",
+    };
+    (symbol, if wide { Chunk::B16 } else { Chunk::B8 })
+}
+
+impl GemvConfig {
+    /// The heuristic. `occupancy(symbol, smem_bytes)` is the number of CTAs of the kernel that
+    /// fit one SM (from the driver; any positive number in tests).
+    ///
+    /// 1. Row tiles: 4 per 128 rows, dropping the trailing tiles of the last 128 rows that would
+    ///    hold no row (row = 128t + 32q + 8c + warp).
+    /// 2. Slots = SMs x occupancy: the CTAs that run at once. If the tiles of all batches fill
+    ///    less than half of them, split K so they fill the slots (each slice >= 1 K-step), since
+    ///    a GEMV needs every SM pulling bytes.
+    /// 3. Persistent grid: each CTA takes ceil(tiles / slots) consecutive tiles (same batch, so
+    ///    B is staged once), all CTAs run in one wave with no tail wave.
+    /// 4. The B window: the slice's K when its decoded form fits [`MAX_WINDOW_BYTES`] and the
+    ///    staging's per-thread load slots, else pieces of it.
+    pub fn choose(
+        mkl: (usize, usize, usize),
+        layout: ScaleLayout,
+        sms: usize,
+        mut occupancy: impl FnMut(&'static str, usize) -> usize,
+    ) -> Self {
+        let (m, k, l) = mkl;
+        let (symbol, chunk) = variant(k, layout);
+        let tiles128 = m.div_ceil(128);
+        let last_rows = m - 128 * (tiles128 - 1);
+        let row_ctas = 4 * (tiles128 - 1) + last_rows.div_ceil(8).min(4);
+        let chunks = k / 2 / chunk.bytes();
+        let ksteps = chunks.div_ceil(KSTEP_CHUNKS);
+        let kstep_smem = KSTEP_CHUNKS * chunk.smem_per_chunk();
+        let words_per_kstep = KSTEP_CHUNKS * chunk.bytes() / 4;
+        let scales_per_kstep = KSTEP_CHUNKS * chunk.bytes() / 8;
+        let max_window =
+            (MAX_WINDOW_BYTES / kstep_smem).min(STAGE_WORDS / words_per_kstep).min(STAGE_SCALES / scales_per_kstep);
+
+        let first_smem = ksteps.min(max_window) * kstep_smem;
+        let ctas_per_sm = occupancy(symbol, first_smem).max(1);
+        let slots = sms.max(1) * ctas_per_sm;
+        let base = row_ctas * l;
+        let split = if 2 * base > slots { 1 } else { (slots / base).clamp(1, ksteps) };
+        let ksteps_per_slice = ksteps.div_ceil(split);
+        let split = ksteps.div_ceil(ksteps_per_slice);
+        let window_ksteps = ksteps_per_slice.min(max_window);
+        let tiles = base * split;
+        let tiles_per_cta = tiles.div_ceil(slots);
+        let grid = tiles.div_ceil(tiles_per_cta);
+        Self {
+            symbol,
+            layout,
+            chunk,
+            mkl,
+            row_ctas,
+            ksteps,
+            split,
+            ksteps_per_slice,
+            window_ksteps,
+            tiles,
+            tiles_per_cta,
+            grid,
+            smem_bytes: window_ksteps * kstep_smem,
+            ctas_per_sm,
+            sms,
+        }
+    }
+}
+
+impl fmt::Display for GemvConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (m, k, l) = self.mkl;
+        write!(
+            f,
+            "{} M={m} K={k} L={l}: {} B/lane/K-step, {} tiles of {} rows x L {l} x split {} ({} of {} K-steps \
+             per slice), {} tiles, {} tile(s)/CTA, grid {} x {THREADS} ({} CTAs/SM x {} SMs), B window {} \
+             K-steps = {} B smem",
+            self.symbol,
+            self.chunk.bytes(),
+            self.row_ctas,
+            ROWS_PER_CTA,
+            self.split,
+            self.ksteps_per_slice,
+            self.ksteps,
+            self.tiles,
+            self.tiles_per_cta,
+            self.grid,
+            self.ctas_per_sm,
+            self.sms,
+            self.window_ksteps,
+            self.smem_bytes,
+        )
+    }
+}
+
+/// The kernel's parameter struct; mirrors `struct GemvParams` in kernels/gemv.cu.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct GemvParams {
+    a: u64,
+    sfa: u64,
+    b: u64,
+    sfb: u64,
+    c: u64,
+    partial: u64,
+    counters: u64,
+    alpha: f64,
+    m: i32,
+    k: i32,
+    l: i32,
+    row_ctas: i32,
+    split: i32,
+    ksteps_per_slice: i32,
+    window_ksteps: i32,
+    tiles: i32,
+    tiles_per_cta: i32,
+    reserved: i32,
+}
+
+/// A GEMV with its operands on the device.
+pub(crate) struct GemvLaunch {
+    pub config: GemvConfig,
+    func: CudaFunction,
+    params: GemvParams,
+    // Device buffers the params point into, kept alive with the launch.
+    _operands: [CudaSlice<u8>; 4],
+    _partial: CudaSlice<f32>,
+    _counters: CudaSlice<u32>,
+}
+
+/// Lets `f` take `bytes` of dynamic shared memory (above 48 KB needs the opt-in).
+fn allow_smem(f: &CudaFunction, bytes: usize) -> Result<()> {
+    use cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX_DYN;
+    f.set_attribute(MAX_DYN, bytes as i32).map_err(super::runtime::cuda_err("raising the shared-memory limit"))
+}
+
+fn to_i32(x: usize, what: &str) -> Result<i32> {
+    i32::try_from(x).map_err(|_| Error::Invalid(format!("gemv: {what} = {x} exceeds the kernel's 32-bit indexing")))
+}
+
+impl GemvLaunch {
+    /// Uploads the operands, allocates the split-K workspace and picks the configuration.
+    /// `c` is the `[L, M]` f16 output buffer; `func` looks a kernel symbol up.
+    pub fn prepare(
+        gpu: &Gpu,
+        p: &Gemv,
+        c: &CudaSlice<u16>,
+        func: impl Fn(&'static str) -> Result<CudaFunction>,
+    ) -> Result<Self> {
+        let (m, k, l) = p.mkl();
+        let layout = p.a.layout();
+        // Both operands must share one layout; B is small, convert it on the host.
+        let b = if p.b.layout() == layout { p.b.clone() } else { p.b.to_layout(layout) };
+        let sms = gpu.info().sms as usize;
+        let mut failure = None;
+        let config = GemvConfig::choose((m, k, l), layout, sms, |sym, smem| match func(sym) {
+            Ok(f) => {
+                let _ = allow_smem(&f, smem);
+                f.occupancy_max_active_blocks_per_multiprocessor(THREADS, smem, None).unwrap_or(1) as usize
+            }
+            Err(e) => {
+                failure = Some(e);
+                1
+            }
+        });
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        let f = func(config.symbol)?;
+        allow_smem(&f, config.smem_bytes)?;
+        if (m * k / 2) as u64 > i64::MAX as u64 / 2 {
+            return Err(Error::Invalid("gemv: operands too large".into()));
+        }
+        let a_vals = gpu.upload(p.a.values())?;
+        let a_scales = gpu.upload(p.a.scales())?;
+        let b_vals = gpu.upload(b.values())?;
+        let b_scales = gpu.upload(b.scales())?;
+        let partial = gpu.zeros::<f32>(if config.split > 1 { config.split * l * m } else { 1 })?;
+        let counters = gpu.zeros::<u32>(if config.split > 1 { l * config.row_ctas } else { 1 })?;
+        let params = GemvParams {
+            a: gpu.addr(&a_vals),
+            sfa: gpu.addr(&a_scales),
+            b: gpu.addr(&b_vals),
+            sfb: gpu.addr(&b_scales),
+            c: gpu.addr(c),
+            partial: gpu.addr(&partial),
+            counters: gpu.addr(&counters),
+            alpha: effective_alpha(p.alpha, &p.a, &p.b) as f64,
+            m: to_i32(m, "M")?,
+            k: to_i32(k, "K")?,
+            l: to_i32(l, "L")?,
+            row_ctas: to_i32(config.row_ctas, "row tiles")?,
+            split: to_i32(config.split, "split")?,
+            ksteps_per_slice: to_i32(config.ksteps_per_slice, "K-steps")?,
+            window_ksteps: to_i32(config.window_ksteps, "window")?,
+            tiles: to_i32(config.tiles, "tiles")?,
+            tiles_per_cta: to_i32(config.tiles_per_cta, "tiles per CTA")?,
+            reserved: 0,
+        };
+        to_i32(l * m, "L * M")?;
+        Ok(Self {
+            config,
+            func: f,
+            params,
+            _operands: [a_vals, a_scales, b_vals, b_scales],
+            _partial: partial,
+            _counters: counters,
+        })
+    }
+
+    /// Enqueues the kernel.
+    pub fn launch(&self, gpu: &Gpu) -> Result<()> {
+        let c = &self.config;
+        gpu.launch(&self.func, (c.grid as u32, 1, 1), (THREADS, 1, 1), c.smem_bytes as u32, &self.params)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(m: usize, k: usize, l: usize) -> GemvConfig {
+        GemvConfig::choose((m, k, l), ScaleLayout::Plain, 132, |_, _| 2)
+    }
+
+    #[test]
+    fn bench_shapes_fill_one_wave() {
+        // 7168x16384x1: 224 tiles, no split, all resident.
+        let c = cfg(7168, 16384, 1);
+        assert_eq!(
+            (c.symbol, c.row_ctas, c.split, c.ksteps, c.tiles, c.grid),
+            ("gemv_nvfp4_sm90_plain", 224, 1, 16, 224, 224)
+        );
+        assert_eq!((c.window_ksteps, c.smem_bytes), (16, 36864));
+        // 4096x7168x8: 1024 tiles over 264 slots -> 4 tiles per CTA.
+        let c = cfg(4096, 7168, 8);
+        assert_eq!((c.split, c.ksteps, c.tiles_per_cta, c.grid), (1, 7, 4, 256));
+        // 7168x2048x4: 896 tiles -> 4 per CTA, 224 CTAs.
+        let c = cfg(7168, 2048, 4);
+        assert_eq!((c.split, c.tiles_per_cta, c.grid), (1, 4, 224));
+    }
+
+    #[test]
+    fn small_shapes_split_k() {
+        let c = cfg(128, 16384, 1);
+        assert_eq!((c.row_ctas, c.split, c.ksteps_per_slice, c.tiles), (4, 16, 1, 64));
+        // A slice never holds zero K-steps, the split covers K exactly, windows fit the staging.
+        for (m, k, l) in
+            [(1, 16, 1), (7, 48, 3), (40, 4112, 1), (130, 64, 3), (1000, 4112, 3), (2432, 4608, 2), (64, 65536, 1)]
+        {
+            let c = cfg(m, k, l);
+            assert!(c.ksteps_per_slice * (c.split - 1) < c.ksteps, "{c}");
+            assert!(c.ksteps_per_slice * c.split >= c.ksteps, "{c}");
+            assert!(c.grid * c.tiles_per_cta >= c.tiles && c.grid <= 132 * 2, "{c}");
+            assert!(c.window_ksteps * KSTEP_CHUNKS * c.chunk.bytes() / 4 <= STAGE_WORDS, "{c}");
+            assert!(c.smem_bytes <= MAX_WINDOW_BYTES, "{c}");
+            let last = c.row_ctas - 1;
+            assert!((last / 4) * 128 + (last % 4) * 8 < m, "{c}");
+        }
+    }
+
+    #[test]
+    fn k16_path_and_row_ctas() {
+        let c = cfg(7, 48, 1);
+        assert_eq!((c.symbol, c.chunk, c.row_ctas, c.ksteps), ("gemv_nvfp4_sm90_plain_k16", Chunk::B8, 1, 1));
+        assert_eq!(cfg(7, 96, 1).symbol, "gemv_nvfp4_sm90_plain");
+        assert_eq!(cfg(40, 64, 1).row_ctas, 4); // rows 0..39: tile 3 holds rows 24..31
+        assert_eq!(cfg(17, 64, 1).row_ctas, 3);
+        assert_eq!(cfg(130, 64, 1).row_ctas, 5);
+        assert_eq!(Chunk::B16.smem_per_chunk(), 72);
+        assert_eq!(Chunk::B8.smem_per_chunk(), 36);
+    }
+}

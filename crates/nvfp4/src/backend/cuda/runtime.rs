@@ -1,0 +1,295 @@
+//! The thin unsafe layer of the CUDA backend: driver and NVRTC discovery, the context and its one
+//! stream, module loading, raw launches, the f16 memset, and NVRTC compilation to a CUBIN.
+//!
+//! Everything `unsafe` in the backend lives here, one `// SAFETY:` note per block; the rest of
+//! the backend (and the CLI and the tests) use only the safe functions below.
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::{result as dres, sys as dsys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream};
+use cudarc::driver::{DevicePtr, DeviceRepr, ValidAsZeroBits};
+use cudarc::nvrtc::{sys as nsys, Ptx};
+
+use crate::{Error, Result};
+
+/// Turns a driver error into the crate's error, naming what failed.
+pub(crate) fn cuda_err(what: &str) -> impl Fn(dres::DriverError) -> Error + '_ {
+    move |e| match e.0 {
+        dsys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => Error::OutOfMemory(format!("{what}: {e}")),
+        _ => Error::Cuda(format!("{what}: {e}")),
+    }
+}
+
+/// True when the CUDA driver library (libcuda) can be loaded.
+pub(crate) fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen the library under its usual names; nothing is called.
+    unsafe { dsys::is_culib_present() }
+}
+
+/// True when the NVRTC library can be loaded.
+pub(crate) fn nvrtc_present() -> bool {
+    // SAFETY: as above, a dlopen attempt only.
+    unsafe { nsys::is_culib_present() }
+}
+
+/// Initializes the driver and counts GPUs, with typed errors; never panics without a driver.
+pub(crate) fn device_count() -> Result<usize> {
+    if !driver_present() {
+        return Err(Error::NoDriver("libcuda.so could not be loaded (no NVIDIA driver on this machine?)".into()));
+    }
+    match dres::init() {
+        Ok(()) => {}
+        Err(e) if e.0 == dsys::CUresult::CUDA_ERROR_NO_DEVICE => return Err(Error::NoGpu),
+        Err(e) => return Err(Error::NoDriver(format!("cuInit failed: {e}"))),
+    }
+    let n = dres::device::get_count().map_err(cuda_err("cuDeviceGetCount"))?;
+    if n <= 0 {
+        return Err(Error::NoGpu);
+    }
+    Ok(n as usize)
+}
+
+/// Static facts about the GPU the backend runs on.
+#[derive(Clone, Debug)]
+pub(crate) struct DeviceInfo {
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    pub sms: u32,
+    pub driver_version: i32,
+}
+
+/// Device 0: its primary context and the one stream every launch and copy goes to.
+pub(crate) struct Gpu {
+    stream: Arc<CudaStream>,
+    info: DeviceInfo,
+}
+
+impl Gpu {
+    /// Opens device 0. Errors are typed: no driver, no GPU, or a CUDA failure.
+    pub fn open() -> Result<Self> {
+        device_count()?;
+        let ctx = CudaContext::new(0).map_err(cuda_err("creating the CUDA context"))?;
+        // SAFETY: the backend issues all its work (copies, memsets, launches) on the single
+        // stream created below, so no cross-stream synchronization events are needed. Callers
+        // that use this context from another stream must synchronize with `stream()` themselves.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(cuda_err("creating a stream"))?;
+        let attr = |a| ctx.attribute(a).map_err(cuda_err("reading a device attribute"));
+        let sms = attr(dsys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+        let compute_capability = ctx.compute_capability().map_err(cuda_err("reading the compute capability"))?;
+        let name = ctx.name().map_err(cuda_err("reading the device name"))?;
+        let mut driver_version: c_int = 0;
+        // SAFETY: cuDriverGetVersion writes one int through a valid pointer; the driver is loaded.
+        unsafe { dsys::cuDriverGetVersion(&mut driver_version) }.result().map_err(cuda_err("cuDriverGetVersion"))?;
+        Ok(Self { stream, info: DeviceInfo { name, compute_capability, sms, driver_version } })
+    }
+
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// Loads a CUBIN image as a module.
+    pub fn load_module(&self, cubin: &[u8]) -> Result<Arc<CudaModule>> {
+        self.stream.context().load_module(Ptx::from_binary(cubin.to_vec())).map_err(cuda_err("loading a module"))
+    }
+
+    /// Copies host data to a new device buffer.
+    pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<CudaSlice<T>> {
+        self.stream.clone_htod(data).map_err(cuda_err("copying to the device"))
+    }
+
+    /// A zero-filled device buffer of `n` elements.
+    pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<CudaSlice<T>> {
+        self.stream.alloc_zeros(n.max(1)).map_err(cuda_err("allocating device memory"))
+    }
+
+    /// Copies a device buffer back to the host (waits for the stream).
+    pub fn download<T: DeviceRepr + Default + Clone>(&self, buf: &CudaSlice<T>) -> Result<Vec<T>> {
+        self.stream.clone_dtoh(buf).map_err(cuda_err("copying from the device"))
+    }
+
+    /// Waits for all work on the stream.
+    pub fn sync(&self) -> Result<()> {
+        self.stream.synchronize().map_err(cuda_err("synchronizing the stream"))
+    }
+
+    /// The raw device address of a buffer, for kernel parameter structs.
+    pub fn addr<T>(&self, buf: &CudaSlice<T>) -> u64 {
+        let (ptr, _guard) = buf.device_ptr(&self.stream);
+        ptr
+    }
+
+    /// Enqueues a fill of `buf` with the 16-bit pattern `bits` (f16 NaN to poison outputs).
+    pub fn fill_u16(&self, buf: &mut CudaSlice<u16>, bits: u16) -> Result<()> {
+        let ptr = self.addr(buf);
+        // SAFETY: `ptr` addresses `buf.len()` u16 elements owned by `buf`, which outlives the
+        // enqueued memset because every later use of `buf` goes through this same stream.
+        unsafe { dsys::cuMemsetD16Async(ptr, bits, buf.len(), self.stream.cu_stream()) }
+            .result()
+            .map_err(cuda_err("cuMemsetD16Async"))
+    }
+
+    /// Enqueues `func` with one by-value parameter struct.
+    pub fn launch<P: KernelParams>(
+        &self,
+        func: &CudaFunction,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        smem_bytes: u32,
+        params: &P,
+    ) -> Result<()> {
+        let mut args = [params as *const P as *mut c_void];
+        // SAFETY: `KernelParams` promises that P is the `#[repr(C)]` mirror of the kernel's only
+        // parameter (checked by the GPU tests), so the driver copies exactly the bytes the kernel
+        // reads. The device addresses inside P belong to buffers held by the caller's `Prepared`,
+        // which outlive the launch (all later frees and copies are ordered on this stream).
+        unsafe { dres::launch_kernel(func.cu_function(), grid, block, smem_bytes, self.stream.cu_stream(), &mut args) }
+            .map_err(cuda_err("launching a kernel"))
+    }
+}
+
+/// A kernel parameter struct passed by value.
+///
+/// # Safety
+/// Implement only for `#[repr(C)]` plain-data structs whose layout equals the kernel's
+/// parameter struct field for field (the kernels take exactly one `__grid_constant__` struct).
+pub(crate) unsafe trait KernelParams: Copy {}
+
+// SAFETY: `GemvParams` mirrors `struct GemvParams` of kernels/gemv.cu (7 pointers as u64, f64,
+// 10 x i32; 104 bytes, no padding).
+unsafe impl KernelParams for super::gemv::GemvParams {}
+// SAFETY: `MmaParams` mirrors `struct MmaParams` of kernels/gemm_fallback.cu (u64, 2 x i32).
+unsafe impl KernelParams for super::fallback::MmaParams {}
+
+// ---- NVRTC -----------------------------------------------------------------------------------
+
+fn nvrtc_check(r: nsys::nvrtcResult, what: &str) -> Result<()> {
+    if r == nsys::nvrtcResult::NVRTC_SUCCESS {
+        return Ok(());
+    }
+    // SAFETY: nvrtcGetErrorString returns a pointer to a static NUL-terminated string.
+    let msg = unsafe { CStr::from_ptr(nsys::nvrtcGetErrorString(r)) }.to_string_lossy().into_owned();
+    Err(Error::Cuda(format!("{what}: {msg}")))
+}
+
+fn require_nvrtc() -> Result<()> {
+    if nvrtc_present() {
+        Ok(())
+    } else {
+        Err(Error::NoNvrtc("libnvrtc.so could not be loaded".into()))
+    }
+}
+
+/// The NVRTC version as (major, minor).
+pub(crate) fn nvrtc_version() -> Result<(i32, i32)> {
+    static VERSION: OnceLock<(i32, i32)> = OnceLock::new();
+    if let Some(v) = VERSION.get() {
+        return Ok(*v);
+    }
+    require_nvrtc()?;
+    let (mut major, mut minor): (c_int, c_int) = (0, 0);
+    // SAFETY: nvrtcVersion writes two ints through valid pointers; the library is loadable.
+    nvrtc_check(unsafe { nsys::nvrtcVersion(&mut major, &mut minor) }, "nvrtcVersion")?;
+    Ok(*VERSION.get_or_init(|| (major, minor)))
+}
+
+/// What one NVRTC compilation produced.
+pub(crate) struct NvrtcOutput {
+    pub cubin: Vec<u8>,
+    pub log: String,
+}
+
+/// Owns an nvrtcProgram and destroys it on every path.
+struct Program(nsys::nvrtcProgram);
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: self.0 came from a successful nvrtcCreateProgram and is destroyed once.
+        unsafe { nsys::nvrtcDestroyProgram(&mut self.0) };
+    }
+}
+
+impl Program {
+    fn log(&self) -> Result<String> {
+        let mut size = 0usize;
+        // SAFETY: valid program; writes one usize.
+        nvrtc_check(unsafe { nsys::nvrtcGetProgramLogSize(self.0, &mut size) }, "nvrtcGetProgramLogSize")?;
+        let mut buf = vec![0u8; size.max(1)];
+        // SAFETY: `buf` holds the `size` bytes NVRTC said the log needs.
+        nvrtc_check(
+            unsafe { nsys::nvrtcGetProgramLog(self.0, buf.as_mut_ptr() as *mut c_char) },
+            "nvrtcGetProgramLog",
+        )?;
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        Ok(String::from_utf8_lossy(&buf[..end]).trim_end().to_string())
+    }
+
+    fn cubin(&self) -> Result<Vec<u8>> {
+        let mut size = 0usize;
+        // SAFETY: valid, compiled program; writes one usize.
+        nvrtc_check(unsafe { nsys::nvrtcGetCUBINSize(self.0, &mut size) }, "nvrtcGetCUBINSize")?;
+        if size == 0 {
+            return Err(Error::Cuda("NVRTC produced no CUBIN (was a real sm_XX architecture given?)".into()));
+        }
+        let mut buf = vec![0u8; size];
+        // SAFETY: `buf` holds the `size` bytes NVRTC said the CUBIN needs.
+        nvrtc_check(unsafe { nsys::nvrtcGetCUBIN(self.0, buf.as_mut_ptr() as *mut c_char) }, "nvrtcGetCUBIN")?;
+        Ok(buf)
+    }
+}
+
+fn cstring(s: &str, what: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| Error::Invalid(format!("{what} contains a NUL byte")))
+}
+
+/// Compiles `source` (file name `name`, `#include`-able `headers` as (name, text)) with
+/// `options` straight to a CUBIN. A rejected source is `Error::Compile` with NVRTC's log.
+pub(crate) fn nvrtc_compile(
+    name: &str,
+    source: &str,
+    headers: &[(&str, &str)],
+    options: &[String],
+) -> Result<NvrtcOutput> {
+    require_nvrtc()?;
+    let c_src = cstring(source, name)?;
+    let c_name = cstring(name, "kernel name")?;
+    let h_src: Vec<CString> = headers.iter().map(|(n, s)| cstring(s, n)).collect::<Result<_>>()?;
+    let h_names: Vec<CString> = headers.iter().map(|(n, _)| cstring(n, "header name")).collect::<Result<_>>()?;
+    let h_src_ptrs: Vec<*const c_char> = h_src.iter().map(|s| s.as_ptr()).collect();
+    let h_name_ptrs: Vec<*const c_char> = h_names.iter().map(|s| s.as_ptr()).collect();
+    let c_opts: Vec<CString> = options.iter().map(|o| cstring(o, "option")).collect::<Result<_>>()?;
+    let opt_ptrs: Vec<*const c_char> = c_opts.iter().map(|s| s.as_ptr()).collect();
+
+    let mut raw: nsys::nvrtcProgram = std::ptr::null_mut();
+    // SAFETY: every pointer refers to a NUL-terminated string alive until the end of this
+    // function, which outlives the program (dropped before them, declared after them).
+    nvrtc_check(
+        unsafe {
+            nsys::nvrtcCreateProgram(
+                &mut raw,
+                c_src.as_ptr(),
+                c_name.as_ptr(),
+                headers.len() as c_int,
+                h_src_ptrs.as_ptr(),
+                h_name_ptrs.as_ptr(),
+            )
+        },
+        "nvrtcCreateProgram",
+    )?;
+    let prog = Program(raw);
+    // SAFETY: valid program; `opt_ptrs` holds options.len() valid C strings.
+    let r = unsafe { nsys::nvrtcCompileProgram(prog.0, opt_ptrs.len() as c_int, opt_ptrs.as_ptr()) };
+    let log = prog.log()?;
+    if r != nsys::nvrtcResult::NVRTC_SUCCESS {
+        if log.contains("libnvrtc-builtins") {
+            return Err(Error::NoNvrtc(log));
+        }
+        return Err(Error::Compile { name: name.to_string(), log });
+    }
+    Ok(NvrtcOutput { cubin: prog.cubin()?, log })
+}

@@ -1,0 +1,314 @@
+//! One benchmark run: open the device, measure the ceilings, then per shape generate the problem,
+//! compute the CPU reference, check the kernel (poison, launch, output) and time it if it passed,
+//! check and time the cuBLASLt peer, and collect the rows.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::CudaStream;
+
+use super::ceilings::{measure_copy, measure_fp16, measure_fp16_nvfp4_data, Ceilings};
+use super::gpu::{device_name, driver_present, driver_version, open_stream};
+use super::lt::Lt;
+use super::peer::{check_peer, Peer, PeerAgreement};
+use super::report::{fail_verdict, geomeans, now_utc, short_shape, Measurement, Report, Row, PASS};
+use super::stats::Samples;
+use super::timer::Timer;
+use crate::backend::{CpuBackend, CudaBackend};
+use crate::check::{compare_outputs, Mode, Report as CheckReport};
+use crate::ops::{Output, Problem};
+use crate::problem::{bench_shapes, generate, large_shapes, test_shapes, ProblemKind, Shape};
+use crate::{Error, Result};
+
+/// The fewest timed samples a run accepts (a median of fewer is noise).
+pub const MIN_SAMPLES: usize = 20;
+/// Default timed samples per measurement.
+pub const DEFAULT_SAMPLES: usize = 30;
+/// Default warm-up launches before them.
+pub const DEFAULT_WARMUP: usize = 10;
+/// Generator seed of every benchmark problem, fixed so that runs are comparable.
+pub const SEED: u64 = 1;
+
+/// Which catalogue of shapes to run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ShapeSet {
+    /// The SPEC §6 benchmark (leaderboard) shapes.
+    #[default]
+    Bench,
+    /// The SPEC §6 correctness shapes.
+    Test,
+    /// Large square GEMMs (4096³, 8192³); the other problems have none.
+    Large,
+}
+
+impl ShapeSet {
+    /// The shapes of `kind` in this set.
+    pub fn shapes(self, kind: ProblemKind) -> Vec<Shape> {
+        match self {
+            ShapeSet::Bench => bench_shapes(kind),
+            ShapeSet::Test => test_shapes(kind),
+            ShapeSet::Large => large_shapes(kind),
+        }
+    }
+}
+
+impl FromStr for ShapeSet {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "bench" => Ok(ShapeSet::Bench),
+            "test" => Ok(ShapeSet::Test),
+            "large" => Ok(ShapeSet::Large),
+            _ => Err(Error::Invalid(format!("unknown shape set `{s}` (bench, test, large)"))),
+        }
+    }
+}
+
+impl fmt::Display for ShapeSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ShapeSet::Bench => "bench",
+            ShapeSet::Test => "test",
+            ShapeSet::Large => "large",
+        })
+    }
+}
+
+/// What to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Problems to run, in order.
+    pub problems: Vec<ProblemKind>,
+    /// Shape catalogue.
+    pub shapes: ShapeSet,
+    /// Timed samples per measurement (at least [`MIN_SAMPLES`]).
+    pub samples: usize,
+    /// Warm-up launches before them.
+    pub warmup: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            problems: ProblemKind::ALL.to_vec(),
+            shapes: ShapeSet::Bench,
+            samples: DEFAULT_SAMPLES,
+            warmup: DEFAULT_WARMUP,
+        }
+    }
+}
+
+/// The comparison mode of SPEC §4 for `kind`: bit-exact where the generator's sums are exact.
+pub fn check_mode(kind: ProblemKind) -> Mode {
+    if kind.exact_data() {
+        Mode::BitExact
+    } else {
+        Mode::Tolerance
+    }
+}
+
+/// A one-line reason for a failed check: the count and the first mismatch.
+fn check_failure(r: &CheckReport) -> String {
+    if let Some(s) = &r.structure {
+        return s.clone();
+    }
+    let mut s = format!("{} of {} elements differ", r.failures, r.elements);
+    if let Some(m) = r.mismatches.first() {
+        let [l, i, j] = m.index;
+        s += &format!(" (first out{}[{l}, {i}, {j}]: got {}, expected {})", m.tensor, m.got, m.expected);
+    }
+    s
+}
+
+/// Runs the benchmark. `log` receives progress lines as they happen. Errors only for what stops
+/// the whole run (no driver, no GPU, no cuBLASLt, a ceiling that cannot be measured); a kernel
+/// that fails or errors becomes a row with a `FAIL` verdict.
+pub fn run(opts: &Options, log: &mut dyn FnMut(&str)) -> Result<Report> {
+    if opts.samples < MIN_SAMPLES {
+        return Err(Error::Invalid(format!("--samples {} is below the minimum of {MIN_SAMPLES}", opts.samples)));
+    }
+    if !driver_present() {
+        return Err(Error::NoDriver("libcuda.so could not be loaded".into()));
+    }
+    let date = now_utc();
+    let mut notes = Vec::new();
+    let backend = CudaBackend::new();
+    let stream: Arc<CudaStream> = match &backend {
+        Ok(b) => b.stream().clone(),
+        Err(e) => {
+            let s = open_stream()?;
+            let note = format!("CUDA backend unavailable ({e}): every kernel fails; ceilings and peer measured");
+            log(&note);
+            notes.push(note);
+            s
+        }
+    };
+    let (device, driver) = match &backend {
+        Ok(b) => (b.device_name(), b.driver_version()),
+        Err(_) => (device_name(&stream)?, driver_version()?),
+    };
+    let timer = Timer::new(stream.clone())?;
+    let lt = Lt::new(stream)?;
+    log(&format!(
+        "device: {device} ({driver}); L2 {} MiB; flushing {} MiB per sample",
+        timer.l2_bytes() >> 20,
+        timer.flush_bytes() >> 20
+    ));
+
+    let (copy_tbps, copy) = measure_copy(&timer)?;
+    log(&format!("ceiling: copy {copy_tbps:.3} TB/s (median of {}, min {:.1} µs)", copy.len(), copy.min()));
+    let (fp16_tflops, gemm) = measure_fp16(&lt, &timer)?;
+    log(&format!("ceiling: fp16 {fp16_tflops:.1} TFLOP/s (median of {}, {:.1} µs)", gemm.len(), gemm.median()));
+    let (data_tflops, data) = measure_fp16_nvfp4_data(&lt, &timer)?;
+    log(&format!(
+        "ceiling: fp16 on NVFP4 values {data_tflops:.1} TFLOP/s (median of {}, {:.1} µs; not used for SoL)",
+        data.len(),
+        data.median()
+    ));
+    let ceilings = Ceilings { copy_tbps, fp16_tflops, fp16_tflops_nvfp4_data: Some(data_tflops) };
+
+    let mut rows = Vec::new();
+    for &kind in &opts.problems {
+        let shapes = opts.shapes.shapes(kind);
+        if shapes.is_empty() {
+            let note = format!("{kind}: no {} shapes, skipped", opts.shapes);
+            log(&note);
+            notes.push(note);
+            continue;
+        }
+        for shape in shapes {
+            let m = bench_shape(kind, &shape, backend.as_ref(), &timer, &lt, opts, log)?;
+            let row = Row::new(&m, &ceilings);
+            log(&format!(
+                "{kind} {}: kernel {} µs, peer {} µs, SoL {:.1} µs: {}",
+                short_shape(&row.shape),
+                row.us_median.map_or("-".into(), |x| format!("{x:.1}")),
+                row.peer_us.map_or("-".into(), |x| format!("{x:.1}")),
+                row.sol_us,
+                row.verdict
+            ));
+            rows.push(row);
+        }
+    }
+    let geomean = geomeans(&rows);
+    Ok(Report {
+        device,
+        driver,
+        date,
+        shapes: opts.shapes.to_string(),
+        ceilings,
+        samples: opts.samples,
+        warmup: opts.warmup,
+        rows,
+        geomean,
+        notes,
+    })
+}
+
+/// Generates, checks and times one shape. Only errors that make the run meaningless propagate
+/// (the generator or the CPU reference failing); device failures become the verdict.
+fn bench_shape(
+    kind: ProblemKind,
+    shape: &Shape,
+    backend: std::result::Result<&CudaBackend, &Error>,
+    timer: &Timer,
+    lt: &Lt,
+    opts: &Options,
+    log: &mut dyn FnMut(&str),
+) -> Result<Measurement> {
+    let name = format!("{kind} {}", short_shape(&shape.to_string()));
+    let problem = generate(shape, SEED)?;
+    let t = Instant::now();
+    let reference = problem.run(&CpuBackend)?;
+    log(&format!("{name}: CPU reference in {:.1} s", t.elapsed().as_secs_f64()));
+
+    let (kernel, mut verdict, config) = match backend {
+        Ok(b) => bench_kernel(b, &problem, &reference, timer, opts),
+        Err(e) => (None, fail_verdict(e), String::new()),
+    };
+    let (peer, peer_config) = match bench_peer(lt, &problem, &reference, timer, opts) {
+        Ok((samples, describe, agreement)) => {
+            let how = match agreement {
+                PeerAgreement::BitExact => "bit-exact".to_string(),
+                PeerAgreement::Close { max_abs_err } => format!("max abs err {max_abs_err:.2e}"),
+            };
+            log(&format!("{name}: peer {describe}: {how}"));
+            (Some(samples), describe)
+        }
+        Err(e) => {
+            if verdict == PASS {
+                verdict = fail_verdict(format!("peer: {e}"));
+            }
+            (None, String::new())
+        }
+    };
+    Ok(Measurement {
+        problem: kind,
+        shape: shape.clone(),
+        bytes: problem.bytes(),
+        flops: problem.flops(),
+        kernel,
+        peer,
+        verdict,
+        config,
+        peer_config,
+    })
+}
+
+/// Poison, launch, download, compare: `Err` names the failure.
+fn check_kernel(prep: &mut crate::backend::cuda::Prepared, reference: &Output, mode: Mode) -> Result<(), String> {
+    prep.poison().map_err(|e| e.to_string())?;
+    prep.launch().map_err(|e| e.to_string())?;
+    let out = prep.output().map_err(|e| e.to_string())?;
+    let report = compare_outputs(&out, reference, mode);
+    if report.passed() {
+        Ok(())
+    } else {
+        Err(check_failure(&report))
+    }
+}
+
+/// Checks the kernel, times it only if it passed, and checks it once more after timing.
+fn bench_kernel(
+    backend: &CudaBackend,
+    problem: &Problem,
+    reference: &Output,
+    timer: &Timer,
+    opts: &Options,
+) -> (Option<Samples>, String, String) {
+    let mut prep = match backend.prepare(problem) {
+        Ok(p) => p,
+        Err(e) => return (None, fail_verdict(e), String::new()),
+    };
+    let config = prep.describe();
+    let mode = check_mode(problem.kind());
+    if let Err(e) = check_kernel(&mut prep, reference, mode) {
+        return (None, fail_verdict(e), config);
+    }
+    let samples = match timer.time_us(|| prep.launch(), opts.warmup, opts.samples) {
+        Ok(s) => s,
+        Err(e) => return (None, fail_verdict(format!("while timing: {e}")), config),
+    };
+    if let Err(e) = check_kernel(&mut prep, reference, mode) {
+        return (None, fail_verdict(format!("after timing: {e}")), config);
+    }
+    (Some(samples), PASS.to_string(), config)
+}
+
+/// Builds the peer, sanity-checks its output against the reference, then times it.
+fn bench_peer(
+    lt: &Lt,
+    problem: &Problem,
+    reference: &Output,
+    timer: &Timer,
+    opts: &Options,
+) -> Result<(Samples, String, PeerAgreement)> {
+    let mut peer = Peer::new(lt, problem)?;
+    peer.pick_fastest(timer)?;
+    peer.launch()?;
+    let agreement = check_peer(&peer.output()?, reference).map_err(Error::Invalid)?;
+    let samples = timer.time_us(|| peer.launch(), opts.warmup, opts.samples)?;
+    Ok((samples, peer.describe(), agreement))
+}

@@ -1,0 +1,260 @@
+//! GPU tests of the wgmma GEMM (kernels/gemm_sm90.cu). They need an NVIDIA Hopper GPU and are
+//! `#[ignore]`d: `cargo test --release --test cuda_gemm -- --ignored --test-threads=1` (one
+//! thread: some tests force kernel variants through the `NVFP4_GEMM_SM90` variable).
+//!
+//! Tiers: exact (SPEC GEMM data, bit-identical to the CPU reference, both scale layouts, outputs
+//! poisoned first, repeated launches so split-K counters must reset), every variant and split
+//! forced on edge shapes (ragged M/N, L > 1, K tails), random signed data with NaN scales and
+//! alpha (tolerance), and the small sweep the sanitizer runs (`gemm_sm90_sanitizer_sweep`).
+
+use nvfp4::backend::cuda::gemm::{self, Forced, VARIANTS};
+use nvfp4::backend::cuda::CudaBackend;
+use nvfp4::check::{compare_outputs, Mode};
+use nvfp4::format::{Nvfp4Tensor, ScaleLayout};
+use nvfp4::ops::{Gemm, Output, Problem};
+use nvfp4::problem::{generate, test_shapes, ProblemKind, Shape};
+use nvfp4::CpuBackend;
+
+const LAYOUTS: [ScaleLayout; 2] = [ScaleLayout::Plain, ScaleLayout::Blocked];
+
+fn gpu() -> CudaBackend {
+    CudaBackend::new().unwrap_or_else(|e| panic!("CUDA backend: {e}"))
+}
+
+fn gemm_problem(m: usize, n: usize, k: usize, l: usize, seed: u64) -> Problem {
+    generate(&Shape::Gemm { m, n, k, l }, seed).unwrap()
+}
+
+/// Runs `p` `launches` times (poisoned before each) and compares with `reference` (the CPU
+/// backend's output; scale layouts do not change it). Returns the launch description; panics
+/// naming the case on any mismatch.
+fn check_against(b: &CudaBackend, p: &Problem, reference: &Output, mode: Mode, launches: usize, what: &str) -> String {
+    let mut prep = b.prepare(p).unwrap_or_else(|e| panic!("{what}: prepare: {e}"));
+    for i in 0..launches {
+        prep.poison().unwrap();
+        prep.launch().unwrap();
+        let got = prep.output().unwrap();
+        let report = compare_outputs(&got, reference, mode);
+        assert!(report.passed(), "{what} (launch {i}, {}): {report}", prep.describe());
+    }
+    prep.describe()
+}
+
+fn check(b: &CudaBackend, p: &Problem, mode: Mode, launches: usize, what: &str) -> String {
+    check_against(b, p, &p.run(&CpuBackend).unwrap(), mode, launches, what)
+}
+
+/// Unsets `NVFP4_GEMM_SM90` when dropped, also when the test panics.
+struct ForcedGuard;
+
+impl Drop for ForcedGuard {
+    fn drop(&mut self) {
+        std::env::remove_var("NVFP4_GEMM_SM90");
+    }
+}
+
+/// Sets `NVFP4_GEMM_SM90` for the duration of `f` (tests run on one thread).
+fn with_forced<T>(value: &str, f: impl FnOnce() -> T) -> T {
+    let _guard = ForcedGuard;
+    std::env::set_var("NVFP4_GEMM_SM90", value);
+    f()
+}
+
+fn takes(p: &Problem) -> bool {
+    let Problem::Gemm(g) = p else { unreachable!() };
+    gemm::rejects(g).is_none()
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gemm_sm90_spec_tests_bit_exact() {
+    let b = gpu();
+    for (i, shape) in test_shapes(ProblemKind::Gemm).iter().enumerate() {
+        let p = generate(shape, 2000 + i as u64).unwrap();
+        assert!(takes(&p), "{shape}: the SPEC shapes must run on the wgmma kernel");
+        let reference = p.run(&CpuBackend).unwrap();
+        for layout in LAYOUTS {
+            let what = format!("gemm {shape} {layout:?}");
+            let cfg = check_against(&b, &p.with_layout(layout), &reference, Mode::BitExact, 2, &what);
+            println!("ok {shape} {layout:?}: {cfg}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gemm_sm90_check_cases_bit_exact() {
+    // The `nvfp4 check` cases: SPEC shapes and the extra edge shapes (the wgmma kernel takes
+    // those with K % 32 == 0, the general kernel the rest), layouts alternating, some alpha.
+    let b = gpu();
+    let mut on_sm90 = 0;
+    for spec in nvfp4::check::cases(ProblemKind::Gemm, 77) {
+        let p = nvfp4::check::case_problem(&spec).unwrap();
+        on_sm90 += usize::from(takes(&p));
+        let cfg = check(&b, &p.with_layout(spec.layout), Mode::BitExact, 1, &format!("{} {}", spec.label, spec.shape));
+        if spec.label.ends_with(":0") || spec.label.ends_with('7') {
+            println!("ok {} {}: {cfg}", spec.label, spec.shape);
+        }
+    }
+    assert!(on_sm90 > 0);
+}
+
+/// Every variant, with automatic and forced splits, on shapes with ragged tiles in W and X,
+/// L = 3, K not a multiple of the 64-element stage, and both orientations.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gemm_sm90_every_variant_and_split() {
+    let b = gpu();
+    let shapes = [(40, 300, 224, 3), (130, 72, 1056, 1), (257, 263, 96, 2), (7, 520, 4096, 1), (300, 17, 512, 1)];
+    for (si, &(m, n, k, l)) in shapes.iter().enumerate() {
+        let p = gemm_problem(m, n, k, l, 300 + si as u64);
+        let reference = p.run(&CpuBackend).unwrap();
+        for v in VARIANTS {
+            for split in [None, Some(1), Some(3), Some(7)] {
+                let name = match split {
+                    Some(s) => format!("m{}n{}s{s}", v.bm, v.bn),
+                    None => format!("m{}n{}", v.bm, v.bn),
+                };
+                assert_eq!(Forced::parse(&name), Some(Forced::Config(v, split)));
+                let layout = LAYOUTS[(si + split.unwrap_or(0)) % 2];
+                let what = format!("{m}x{n}x{k}x{l} {name} {layout:?}");
+                let cfg = with_forced(&name, || {
+                    check_against(&b, &p.with_layout(layout), &reference, Mode::BitExact, 2, &what)
+                });
+                if split.is_none() {
+                    println!("ok {what}: {cfg}");
+                }
+            }
+        }
+    }
+}
+
+/// Random signed data (all 16 codes, scales spread over 1/8 .. 15 with all mantissas), alpha,
+/// and a NaN scale in each operand: tolerance mode (f32 sums are no longer exact; the spread is
+/// kept moderate so that f32 cancellation stays far below the tolerance), NaN must propagate.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gemm_sm90_random_data_alpha_and_nan() {
+    let b = gpu();
+    for (i, &(m, n, k, l)) in [(128, 512, 1024, 1), (384, 200, 512, 2)].iter().enumerate() {
+        let Problem::Gemm(g) = gemm_problem(m, n, k, l, 40 + i as u64) else { unreachable!() };
+        let spread = |t: &Nvfp4Tensor, salt: u32, nan_at: usize| {
+            let mut scales: Vec<u8> = t.scales().to_vec();
+            for (j, s) in scales.iter_mut().enumerate() {
+                // e4m3 codes 0x20..0x57 (0.125 .. 15) pseudo-randomly.
+                let h = (j as u32 ^ salt).wrapping_mul(2654435761) >> 20;
+                *s = 0x20 + (h % 0x38) as u8;
+            }
+            scales[nan_at] = 0x7F;
+            Nvfp4Tensor::new(t.l(), t.rows(), t.k(), t.values().to_vec(), scales, ScaleLayout::Plain).unwrap()
+        };
+        let a = spread(&g.a, 1, 5 * g.a.sf_cols() + 3);
+        let bt = spread(&g.b, 2, 17 * g.b.sf_cols());
+        let p = Problem::Gemm(Gemm::new(a, bt, Some(0.375)).unwrap());
+        for layout in LAYOUTS {
+            let cfg =
+                check(&b, &p.with_layout(layout), Mode::Tolerance, 1, &format!("random {m}x{n}x{k}x{l} {layout:?}"));
+            println!("ok random {m}x{n}x{k}x{l} {layout:?}: {cfg}");
+        }
+    }
+}
+
+/// One small case on two variants (split-K, and two X rows per decoder thread): for racecheck,
+/// which is too slow for the whole sweep.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gemm_sm90_racecheck_case() {
+    let b = gpu();
+    let p = gemm_problem(72, 300, 192, 1, 950);
+    for name in ["m256n64s2", "m128n256"] {
+        with_forced(name, || check(&b, &p, Mode::BitExact, 1, &format!("72x300x192 {name}")));
+    }
+}
+
+/// Small shapes over every variant with a split, for compute-sanitizer memcheck.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gemm_sm90_sanitizer_sweep() {
+    let b = gpu();
+    for (si, &(m, n, k, l)) in [(1, 7, 64, 1), (72, 40, 160, 2), (130, 257, 256, 1)].iter().enumerate() {
+        let p = gemm_problem(m, n, k, l, 900 + si as u64);
+        for v in VARIANTS {
+            let name = format!("m{}n{}s2", v.bm, v.bn);
+            let layout = LAYOUTS[si % 2];
+            with_forced(&name, || {
+                check(&b, &p.with_layout(layout), Mode::BitExact, 2, &format!("{m}x{n}x{k}x{l} {name}"))
+            });
+        }
+    }
+}
+
+// ---- timing probe ------------------------------------------------------------------------------
+
+fn median_min(mut us: Vec<f32>) -> (f32, f32) {
+    us.sort_by(f32::total_cmp);
+    (us[us.len() / 2], us[0])
+}
+
+/// µs per launch, median and min over `samples`, L2 flushed by a 512 MB memset before each.
+fn time_flushed(b: &CudaBackend, prep: &mut nvfp4::backend::cuda::Prepared, samples: usize) -> (f32, f32) {
+    let s = b.stream();
+    let mut flush = s.alloc_zeros::<u8>(512 << 20).unwrap();
+    let ctx = s.context();
+    let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let (e0, e1) = (ctx.new_event(flags).unwrap(), ctx.new_event(flags).unwrap());
+    prep.launch().unwrap();
+    let us = (0..samples)
+        .map(|_| {
+            s.memset_zeros(&mut flush).unwrap();
+            e0.record(s).unwrap();
+            prep.launch().unwrap();
+            e1.record(s).unwrap();
+            e0.elapsed_ms(&e1).unwrap() * 1e3
+        })
+        .collect();
+    median_min(us)
+}
+
+/// Times the GEMM benchmark shapes and 4096³ under the heuristic's choice and a few forced
+/// variants/splits (`NVFP4_GEMM_SM90`), each checked bit-exactly first. Prints a table.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gemm_sm90_timing() {
+    let b = gpu();
+    type Case = ((usize, usize, usize), &'static [&'static str]);
+    let cases: [Case; 5] = [
+        ((128, 7168, 16384), &["auto", "m256n128s4", "m128n128s2", "m256n64s2"]),
+        ((128, 4096, 7168), &["auto", "m256n128s8", "m128n128s4", "m256n64s4"]),
+        ((128, 7168, 2048), &["auto", "m256n128s4", "m128n128s2", "m128n128s1"]),
+        ((128, 7168, 256), &["auto", "m128n128s1"]),
+        ((4096, 4096, 4096), &["auto", "m128n256", "m128n128"]),
+    ];
+    let mut rows = Vec::new();
+    for (i, ((m, n, k), forced)) in cases.iter().enumerate() {
+        let p = gemm_problem(*m, *n, *k, 1, 700 + i as u64);
+        let reference = p.run(&CpuBackend).unwrap();
+        for f in forced.iter() {
+            let _guard = ForcedGuard;
+            if *f != "auto" {
+                std::env::set_var("NVFP4_GEMM_SM90", f);
+            }
+            let mut prep = b.prepare(&p).unwrap();
+            std::env::remove_var("NVFP4_GEMM_SM90");
+            prep.poison().unwrap();
+            prep.launch().unwrap();
+            let report = compare_outputs(&prep.output().unwrap(), &reference, Mode::BitExact);
+            assert!(report.passed(), "{m}x{n}x{k} {f}: {report}");
+            let (med, min) = time_flushed(&b, &mut prep, 30);
+            let tflops = p.flops() / (med as f64 * 1e-6) / 1e12;
+            rows.push(format!(
+                "{m}x{n}x{k} {f:<11} {med:>8.2} us (min {min:>8.2}) {tflops:>6.1} TFLOP/s | {}",
+                prep.describe()
+            ));
+            println!("{}", rows.last().unwrap());
+        }
+    }
+    println!("\nGEMM sm90 timing (L2 flushed, median of 30):");
+    for r in rows {
+        println!("{r}");
+    }
+}
