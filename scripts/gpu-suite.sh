@@ -9,7 +9,7 @@
 #   env        nvidia-smi, NVRTC discovery, `nvfp4 kernels` (registers/spills on this NVRTC)
 #   tests      gpu-bin/test-* with --ignored --test-threads=1 (TEST_BINS="cuda bench" picks
 #              binaries, default all; TEST_FILTER passes test-name filters). The timing
-#              diagnostics gemv_timing and gemv_fixed_cost are skipped unless TEST_FILTER names them.
+#              diagnostics gemv_timing, gemv_fixed_cost and gemm_sm90_timing are skipped unless TEST_FILTER names them.
 #   check      nvfp4 check --backend cuda
 #   bench      nvfp4 bench --json $OUT/bench.json
 #   sanitizer  compute-sanitizer memcheck (small GEMV/grouped cases), racecheck and synccheck
@@ -97,7 +97,7 @@ if has_step tests; then
     if [[ -n "${TEST_BINS:-}" && " $TEST_BINS " != *" ${t##*/test-} "* ]]; then continue; fi
     # shellcheck disable=SC2086
     run_step "$(basename "$t") --ignored" "$log" "$t" --ignored --test-threads=1 --nocapture \
-      ${TEST_FILTER:---skip gemv_timing --skip gemv_fixed_cost}
+      ${TEST_FILTER:---skip gemv_timing --skip gemv_fixed_cost --skip gemm_sm90_timing}
   done
 fi
 
@@ -133,6 +133,12 @@ if has_step sanitizer; then
       "$BIN/test-cuda" --ignored --test-threads=1 gemv_spec_tests_bit_exact
     run_step "synccheck (SPEC GEMV)" "$log" compute-sanitizer --tool synccheck --error-exitcode 1 \
       "$BIN/test-cuda" --ignored --test-threads=1 gemv_spec_tests_bit_exact
+    if [[ -x "$BIN/test-cuda_gemm" ]]; then
+      run_step "memcheck (wgmma GEMM small sweep)" "$log" compute-sanitizer --tool memcheck --error-exitcode 1 \
+        "$BIN/test-cuda_gemm" --ignored --test-threads=1 gemm_sm90_sanitizer_sweep
+      run_step "racecheck (wgmma GEMM small case)" "$log" compute-sanitizer --tool racecheck --error-exitcode 1 \
+        "$BIN/test-cuda_gemm" --ignored --test-threads=1 gemm_sm90_racecheck_case
+    fi
   else
     skip_step "compute-sanitizer" "compute-sanitizer or gpu-bin/test-cuda missing"
   fi

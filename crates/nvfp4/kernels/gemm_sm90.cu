@@ -31,7 +31,7 @@
 // Roles (384 threads, one CTA per SM, persistent over work units):
 // - warpgroup 0, "decoder": decodes the X tile of every sub-stage into an f16 ring; its thread
 //   0 also issues the TMA loads (W and X FP4 tiles and their scales) LEAD raw stages ahead.
-// - warpgroups 1, 2, "consumers": each owns WM m64 tiles of W; per stage it decodes its W
+// - warpgroups 1, 2, "consumers": each owns WM m64 tiles of W; per sub-stage it decodes its W
 //   fragments one k16 step at a time and issues WM wgmma m64nBNk16 per step, up to 2 groups in
 //   flight (software pipeline), 4 steps per sub-stage.
 // Barriers: full[raw] (TMA landed: values and scales), empty[raw] (consumers read their W bytes
@@ -426,32 +426,30 @@ NVFP4_DEVICE void decoder_role(const GemmSm90Params& p, const Smem<C>& sm) {
 template <class C>
 struct Consumer {
   static constexpr int NACC = C::BN / 2;  // f32 accumulators per m64 tile per thread
-  int wg, warp, lane, ctid;               // ctid: 0..255 over both consumer warpgroups
   float acc[C::WM][NACC];
+  // Thread coordinates, recomputed on use (registers are the scarce resource here).
+  NVFP4_DEVICE static int ctid() { return threadIdx.x - 128; }  // 0..255 over both warpgroups
+  NVFP4_DEVICE static int wg() { return ctid() / 128; }
+  NVFP4_DEVICE static int warp() { return (ctid() / 32) % 4; }
+  NVFP4_DEVICE static int lane_() { return ctid() % 32; }
 
-  // Row (within the tile) of fragment row h of m-tile mt: the A-fragment rows lane/4 (+8).
-  NVFP4_DEVICE int frag_row(int mt, int h) const { return wg * C::WM * 64 + mt * 64 + warp * 16 + lane / 4 + 8 * h; }
+  // Row (within the tile) of fragment row h of m-tile mt: the A-fragment rows lane / 4 (+8).
+  NVFP4_DEVICE static int frag_row(int mt, int h) { return wg() * C::WM * 64 + mt * 64 + warp() * 16 + lane_() / 4 + 8 * h; }
 
   // One work unit's K range: acc = sum over its sub-stages. `g` and `n` are the CTA's running
   // sub-stage and raw-stage counts (the same numbering as the other roles' walks).
   NVFP4_DEVICE void mainloop(const GemmSm90Params& p, const Smem<C>& sm, const Unit& un, u32& g, u32& n) {
-    const int t = lane % 4;
+    const int t = lane_() % 4;
     const i32 sf_cols = p.k / 16;
-    u32 soff[C::WM][2];  // scale-slot offsets of the fragment rows
-#pragma unroll
-    for (int mt = 0; mt < C::WM; ++mt)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        soff[mt][h] = sf_row(p.w_sf_mode, p.w_rows, un.tw * C::BM + frag_row(mt, h), un.tw * C::BM, un.l).soff;
 #pragma unroll
     for (int mt = 0; mt < C::WM; ++mt)
 #pragma unroll
       for (int i = 0; i < NACC; ++i) acc[mt][i] = 0.f;
 
     u32 frag[2][C::WM][4];  // A fragments of two k16 steps in flight, [step % 2][mt][reg]
-    bool pending = false;   // the previous stage's wgmma groups may still run
+    bool pending = false;   // the previous sub-stage's wgmma groups may still run
     u32 prev_xs = 0, prev2_xs = 0;
-    i32 done = 0;           // stages of this unit whose f16 X slot is not yet handed back
+    i32 done = 0;           // sub-stages of this unit whose f16 X slot is not yet handed back
     u32 rs = 0;
     for (i32 kk = un.k0; kk < un.k1; ++kk, ++g) {
       if (raw_opens(un, kk)) {
@@ -460,7 +458,7 @@ struct Consumer {
         ++n;
       }
       const u32 xs = g % C::XF_STAGES;
-      uint2 raw[C::WM][2];  // row's bytes 8t..8t+7: scale block t of the stage
+      uint2 raw[C::WM][2];  // row's bytes 8t..8t+7 of the sub-stage: scale block t
       u32 s2[C::WM][2];     // its scale, as f16x2 (scale * 2^7)
 #pragma unroll
       for (int mt = 0; mt < C::WM; ++mt)
@@ -468,19 +466,20 @@ struct Consumer {
         for (int h = 0; h < 2; ++h) {
           // 8 bytes 8t..8t+7 of the sub-stage's 32: chunk 2 * (kk % SUB) + t / 2, half t % 2.
           raw[mt][h] = ptx::lds_v2(sm.raw_w(rs) + swz(frag_row(mt, h), 2 * (kk % SUB) + t / 2) + 8 * (t % 2));
-          const u32 sc = stage_scale(p.w_sf_mode, p.sf_w, sm.sc_w(rs), soff[mt][h], un.tw * C::BM + frag_row(mt, h),
-                                     p.w_rows, un.l, kk, t, sf_cols);
+          const i32 wrow = un.tw * C::BM + frag_row(mt, h);
+          const u32 soff = sf_row(p.w_sf_mode, p.w_rows, wrow, un.tw * C::BM, un.l).soff;  // recomputed: registers
+          const u32 sc = stage_scale(p.w_sf_mode, p.sf_w, sm.sc_w(rs), soff, wrow, p.w_rows, un.l, kk, t, sf_cols);
           s2[mt][h] = nvfp4::scale_f16x2_x128(sc);
         }
       ptx::mbar_wait(sm.xready(xs), (g / C::XF_STAGES) & 1);
-      // NOTE: every arrival below is made by every thread, before this stage's wgmmas: a
+      // NOTE: every arrival below is made by every thread, before this sub-stage's wgmmas: a
       // divergent branch between wgmmas makes ptxas serialize the whole wgmma pipeline, and a
       // release arrival waits for this thread's outstanding loads.
       // The raw slot is released at its last sub-stage, after xready: that also says every
       // decoder thread has read its X bytes from it (decoder warps drift apart).
       if (raw_closes(un, kk)) ptx::mbar_arrive(sm.empty(rs));
-      // The f16 X slot of two stages back: all its wgmma groups retired during the last stage
-      // (at most 1 group, of the last stage, is in flight after its step-1 wait).
+      // The f16 X slot of two sub-stages back: all its wgmma groups retired during the last one
+      // (at most 1 group, of the last sub-stage, is in flight after its step-1 wait).
       if (done >= 2) ptx::mbar_arrive(sm.xfree(prev2_xs));
       const u64 desc = ptx::wgmma_desc_k128b(sm.xf(xs));
 
@@ -535,31 +534,71 @@ struct Consumer {
   NVFP4_DEVICE static u32 to_f16(const GemmSm90Params& p, float v) {
     return p.alpha_pow2 ? ptx::f32_to_f16_rn(v * p.alpha_f32) : ptx::f64_to_f16_rn((double)v * p.alpha);
   }
-
-  // Stores the element (w, x) of the tile if it is inside.
-  NVFP4_DEVICE void store_one(const GemmSm90Params& p, u16* cl, i32 w, i32 x, float v) const {
-    if (w < p.w_rows && x < p.x_rows) cl[w * p.c_stride_w + x * p.c_stride_x] = to_f16(p, v);
+  // Two of them as an f16x2, for a power-of-two alpha.
+  NVFP4_DEVICE static u32 to_f16x2_pow2(const GemmSm90Params& p, float lo, float hi) {
+    return ptx::f32x2_to_f16x2_rn(lo * p.alpha_f32, hi * p.alpha_f32);
   }
 
-  // Stores the tile held in `v` (this thread's accumulator image).
-  NVFP4_DEVICE void store_tile(const GemmSm90Params& p, const Unit& un, const float (&v)[C::WM][NACC]) const {
+  // Stores the tile held in `v` (this thread's accumulator image). Offsets are 32-bit: the host
+  // checks that L * M * N fits. A tile wholly inside c with even strides takes a fast path of
+  // 4-byte stores of f16 pairs: adjacent X for W = A (c rows run along X); for W = B (c rows run
+  // along W) the pairs of adjacent W rows, held by lanes 4 apart, are formed by one exchange.
+  template <bool POW2>
+  NVFP4_DEVICE void store_tile_as(const GemmSm90Params& p, const Unit& un, const float (&v)[C::WM][NACC]) const {
     u16* cl = p.c + (i64)un.l * p.c_stride_l;
-    const int t = lane % 4;
-    const bool pairs = p.c_stride_x == 1 && p.c_stride_w % 2 == 0 && p.c_stride_l % 2 == 0;
+    const int t = lane_() % 4, r0 = frag_row(0, 0);
+    const i32 sw = (i32)p.c_stride_w, sx = (i32)p.c_stride_x, w0 = un.tw * C::BM, x0 = un.tx * C::BN;
+    // NOTE: the paired fast paths only with a power-of-two alpha: batched f64 conversions of the
+    // general alpha spill registers. The general path below is exact for any alpha.
+    const bool full = POW2 && w0 + C::BM <= p.w_rows && x0 + C::BN <= p.x_rows && p.c_stride_l % 2 == 0;
+    if (full && sx == 1 && sw % 2 == 0) {
+#pragma unroll
+      for (int mt = 0; mt < C::WM; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          u16* row = cl + (w0 + (r0 + 64 * mt + 8 * h)) * sw + x0 + 2 * t;
+#pragma unroll
+          for (int q = 0; q < C::BN / 8; ++q)
+            *reinterpret_cast<u32*>(row + 8 * q) = to_f16x2_pow2(p, v[mt][4 * q + 2 * h], v[mt][4 * q + 2 * h + 1]);
+        }
+      return;
+    }
+    // NOTE: not for 2 m-tiles per warpgroup: its exchange code would spill there, and the
+    // heuristic gives W = B (small M) to the 1-m-tile variants.
+    if (C::WM == 1 && full && sw == 1 && sx % 2 == 0) {
+      // Lane pairs (g, g+1), g even, hold W rows w, w+1: the even lane keeps column x and stores
+      // c[x][w, w+1]; the odd lane keeps column x+1 and stores c[x+1][w-1, w].
+      const bool even = (lane_() / 4) % 2 == 0;
+#pragma unroll
+      for (int mt = 0; mt < C::WM; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const i32 w = w0 + (r0 + 64 * mt + 8 * h) - (even ? 0 : 1);
+          u16* col = cl + (x0 + 2 * t + (even ? 0 : 1)) * sx + w;
+#pragma unroll
+          for (int q = 0; q < C::BN / 8; ++q) {
+            const u32 ab = to_f16x2_pow2(p, v[mt][4 * q + 2 * h], v[mt][4 * q + 2 * h + 1]);  // (x, x+1)
+            const u32 other = __shfl_xor_sync(0xFFFFFFFFu, even ? ab >> 16 : ab & 0xFFFF, 4);
+            *reinterpret_cast<u32*>(col + 8 * q * sx) = even ? (ab & 0xFFFF) | (other << 16) : other | (ab & 0xFFFF0000u);
+          }
+        }
+      return;
+    }
+    // Edge tiles and odd strides: element by element.
 #pragma unroll
     for (int mt = 0; mt < C::WM; ++mt)
 #pragma unroll
-      for (int i = 0; i < NACC; i += 2) {
-        const i32 w = un.tw * C::BM + frag_row(mt, (i >> 1) & 1);
-        const i32 x = un.tx * C::BN + 8 * (i >> 2) + 2 * t;
-        if (pairs && w < p.w_rows && x + 1 < p.x_rows) {
-          const u32 lo = to_f16(p, v[mt][i]), hi = to_f16(p, v[mt][i + 1]);
-          *reinterpret_cast<u32*>(cl + w * p.c_stride_w + x) = lo | (hi << 16);
-        } else {
-          store_one(p, cl, w, x, v[mt][i]);
-          store_one(p, cl, w, x + 1, v[mt][i + 1]);
-        }
+      for (int i = 0; i < NACC; ++i) {
+        const i32 w = w0 + (r0 + 64 * mt + 8 * ((i >> 1) & 1)), x = x0 + 8 * (i >> 2) + 2 * t + (i & 1);
+        if (w < p.w_rows && x < p.x_rows) cl[w * sw + x * sx] = (u16)to_f16(p, v[mt][i]);
       }
+  }
+
+  NVFP4_DEVICE void store_tile(const GemmSm90Params& p, const Unit& un, const float (&v)[C::WM][NACC]) const {
+    if (p.alpha_pow2)
+      store_tile_as<true>(p, un, v);
+    else
+      store_tile_as<false>(p, un, v);
   }
 
   NVFP4_DEVICE void epilogue(const GemmSm90Params& p, const Smem<C>& sm, const Unit& un) {
@@ -575,12 +614,12 @@ struct Consumer {
 #pragma unroll
     for (int q = 0; q < QUADS; ++q) {
       const int mt = q / (NACC / 4), i = 4 * (q % (NACC / 4));
-      ptx::st_cg_v4(mine + (q * 256 + ctid) * 4, make_float4(acc[mt][i], acc[mt][i + 1], acc[mt][i + 2], acc[mt][i + 3]));
+      ptx::st_cg_v4(mine + (q * 256 + ctid()) * 4, make_float4(acc[mt][i], acc[mt][i + 1], acc[mt][i + 2], acc[mt][i + 3]));
     }
     __threadfence();
     ptx::named_barrier(1, 256);
     u32* flag = reinterpret_cast<u32*>(__cvta_shared_to_generic(sm.flag()));
-    if (ctid == 0) *flag = atomicAdd(p.counters + un.tile, 1u) == (u32)p.split - 1;
+    if (ctid() == 0) *flag = atomicAdd(p.counters + un.tile, 1u) == (u32)p.split - 1;
     ptx::named_barrier(1, 256);
     if (!*flag) return;
     // Last slice: sum all slices in slice order, whoever arrived last (deterministic), in place
@@ -593,7 +632,7 @@ struct Consumer {
 #pragma unroll 1
       for (int sl = 0; sl < p.split; ++sl) {
         const float4 v = sl == un.split ? make_float4(acc[mt][i], acc[mt][i + 1], acc[mt][i + 2], acc[mt][i + 3])
-                                        : ptx::ld_cg_v4(ws_tile + sl * TILE_FLOATS + (q * 256 + ctid) * 4);
+                                        : ptx::ld_cg_v4(ws_tile + sl * TILE_FLOATS + (q * 256 + ctid()) * 4);
         s.x += v.x;
         s.y += v.y;
         s.z += v.z;
@@ -605,23 +644,21 @@ struct Consumer {
       acc[mt][i + 3] = s.w;
     }
     store_tile(p, un, acc);
-    if (ctid == 0) p.counters[un.tile] = 0;
+    if (ctid() == 0) p.counters[un.tile] = 0;
   }
 };
 
 template <class C>
 NVFP4_DEVICE void consumer_role(const GemmSm90Params& p, const Smem<C>& sm) {
   Consumer<C> cs;
-  cs.ctid = threadIdx.x - 128;
-  cs.wg = cs.ctid / 128;
-  cs.warp = (cs.ctid / 32) % 4;
-  cs.lane = cs.ctid % 32;
   Walk walk;
   walk.start(p);
   u32 g = 0, n = 0;
   for (; walk.valid(p); walk.next_unit(p)) {
     cs.mainloop(p, sm, walk.cur, g, n);
-    cs.epilogue(p, sm, walk.cur);
+    // NOTE: the unit is recomputed rather than kept: its fields would otherwise stay live across
+    // the mainloop, where the 2-m-tile consumer has no registers to spare.
+    cs.epilogue(p, sm, unit_at(p, walk.u));
   }
 }
 

@@ -291,6 +291,13 @@ NVFP4_DEVICE void st_cg_v4(float* p, float4 v) {
                : "memory");
 }
 
+// Two f32 to an f16x2 (lo in the low half), each rounded to nearest even.
+NVFP4_DEVICE u32 f32x2_to_f16x2_rn(float lo, float hi) {
+  u32 d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+
 // ---- wgmma (warpgroup MMA, sm_90a) -------------------------------------------------------------
 
 // Shared-memory matrix descriptor of a K-major operand stored with the 128-byte swizzle: rows of

@@ -36,8 +36,10 @@ pub static GEMM_SM90: KernelModule = KernelModule {
 
 /// Threads per CTA: a decoder warpgroup and two consumer warpgroups.
 pub const THREADS: u32 = 384;
-/// K elements per pipeline stage (32 bytes of each row, 4 scale blocks).
+/// K elements per sub-stage (one wgmma k16 per scale block); the cost model counts these.
 pub const BK: usize = 64;
+/// Bytes of a row per TMA stage (256 K elements, the 128-byte swizzle width).
+const RAW_ROW_BYTES: usize = 128;
 /// The kernel folds 2^-7 into each decoded operand; the epilogue multiplies 2^14 back.
 const DECODE_BIAS: f64 = 16384.0;
 /// Most K slices per tile.
@@ -68,17 +70,17 @@ impl Variant {
         let i = VARIANTS.iter().position(|v| *v == self).expect("a listed variant");
         GEMM_SM90.symbols[i]
     }
-    /// Raw (FP4 values and scales) pipeline stages; mirrors `Cfg::RAW_STAGES`.
+    /// Raw (TMA) stages of 256 K elements, values and scales; mirrors `Cfg::RAW_STAGES`.
     pub fn raw_stages(self) -> usize {
         if self.bn >= 256 {
-            6
+            2
         } else {
-            8
+            3
         }
     }
-    /// Decoded-X (f16) stages; mirrors `Cfg::XF_STAGES`.
+    /// Decoded-X (f16) sub-stages of 64 K elements; mirrors `Cfg::XF_STAGES`.
     pub fn xf_stages(self) -> usize {
-        if self.bn >= 256 {
+        if self.bn >= 256 || self.bm * self.bn >= 256 * 128 {
             3
         } else {
             5
@@ -86,9 +88,9 @@ impl Variant {
     }
     /// Dynamic shared memory in bytes; mirrors `Cfg::SMEM_BYTES` (the kernel traps on a mismatch).
     pub fn smem_bytes(self) -> usize {
-        // A raw stage: FP4 values of W and X, then their scales (plain: a [rows, 16 B] box;
-        // blocked: 512 B per 128 rows, which fits in the same room, X at least one chunk).
-        let raw = (self.bm + self.bn) * BK / 2 + self.bm * 16 + (self.bn * 16).max(512);
+        // A raw stage: 128 B per row of W and X values, then their scales (plain: a [rows, 16 B]
+        // box; blocked: 4 x 512 B per 128 rows, the same room for W, at least one group for X).
+        let raw = (self.bm + self.bn) * RAW_ROW_BYTES + self.bm * 16 + (self.bn * 16).max(2048);
         let xf = self.bn * BK * 2;
         let bars = (2 * self.raw_stages() + 2 * self.xf_stages()) * 8 + 8;
         1024 + self.xf_stages() * xf + self.raw_stages() * raw + bars
@@ -254,7 +256,11 @@ pub fn choose_with(m: usize, n: usize, k: usize, l: usize, sms: usize, forced: O
         }
         let tiles = w_rows.div_ceil(v.bm) * x_rows.div_ceil(v.bn) * l;
         for split in 1..=MAX_SPLIT.min(k_iters) {
-            let ips = k_iters.div_ceil(split);
+            // Slices start on TMA-stage boundaries (4 sub-stages) when that keeps them all
+            // non-empty: a slice starting inside one loads sub-stages it does not use.
+            let even = k_iters.div_ceil(split);
+            let aligned = even.next_multiple_of(4);
+            let ips = if (split - 1) * aligned < k_iters { aligned } else { even };
             // Every slice must be non-empty, and split-K only to fill idle SMs.
             let legal = (split - 1) * ips < k_iters;
             let wanted = match forced_split {
@@ -300,9 +306,9 @@ struct TmaMap([u64; 16]);
 pub enum SfMode {
     /// Plain layout with K % 256 != 0: global loads in the pipeline (correct, slower).
     Direct = 0,
-    /// Plain layout: a TMA box `[rows, 16 B]` (4 stages' blocks) per stage.
+    /// Plain layout: a TMA box `[rows, 16 B]` per TMA stage (256 K elements).
     Tma = 1,
-    /// Blocked layout: a 512-byte bulk copy per 128 rows per stage.
+    /// Blocked layout: a 2 KB bulk copy per 128 rows per TMA stage.
     Bulk = 2,
 }
 
@@ -375,8 +381,15 @@ fn pow2_f32(alpha: f64) -> Option<f32> {
 }
 
 /// Encodes the TMA descriptor of a `[L, rows, cols]` u8 tensor at `addr`, box
-/// `[1, box_rows, box_cols]` (`cols` a multiple of 16).
-fn tma_map(addr: u64, rows: usize, cols: usize, l: usize, box_rows: usize, box_cols: usize) -> Result<TmaMap> {
+/// `[1, box_rows, box_cols]` (`cols` a multiple of 16), stored with `swizzle` in shared memory.
+fn tma_map(
+    addr: u64,
+    rows: usize,
+    cols: usize,
+    l: usize,
+    (box_rows, box_cols): (usize, usize),
+    swizzle: dsys::CUtensorMapSwizzle,
+) -> Result<TmaMap> {
     let row_bytes = cols as u64;
     let dims: [u64; 3] = [row_bytes, rows as u64, l as u64];
     let strides: [u64; 2] = [row_bytes, row_bytes * rows as u64]; // dims 1 and 2, in bytes
@@ -397,7 +410,7 @@ fn tma_map(addr: u64, rows: usize, cols: usize, l: usize, box_rows: usize, box_c
             boxes.as_ptr(),
             elem_strides.as_ptr(),
             dsys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-            dsys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
+            swizzle,
             dsys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
             dsys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         )
@@ -461,16 +474,17 @@ impl GemmSm90Launch {
         let (c_stride_w, c_stride_x) = if config.swapped { (1, n as i64) } else { (n as i64, 1) };
         let (w_mode, x_mode) = (SfMode::of(w.layout(), k), SfMode::of(x.layout(), k));
         // Plain scales as [L, rows, K/16] boxes of 16 bytes (4 stages); unused otherwise.
+        use dsys::CUtensorMapSwizzle::{CU_TENSOR_MAP_SWIZZLE_128B as SW128, CU_TENSOR_MAP_SWIZZLE_NONE as SW0};
         let scale_map = |mode: SfMode, addr: u64, rows: usize, box_rows: usize| -> Result<TmaMap> {
             match mode {
-                SfMode::Tma => tma_map(addr, rows, k / 16, l, box_rows, 16),
+                SfMode::Tma => tma_map(addr, rows, k / 16, l, (box_rows, 16), SW0),
                 _ => Ok(TmaMap([0; 16])),
             }
         };
         let alpha = effective_alpha(p.alpha, &p.a, &p.b) as f64 * DECODE_BIAS;
         let params = GemmSm90Params {
-            tmap_w: tma_map(w_vals, w_rows, k / 2, l, v.bm, BK / 2)?,
-            tmap_x: tma_map(x_vals, x_rows, k / 2, l, v.bn, BK / 2)?,
+            tmap_w: tma_map(w_vals, w_rows, k / 2, l, (v.bm, RAW_ROW_BYTES), SW128)?,
+            tmap_x: tma_map(x_vals, x_rows, k / 2, l, (v.bn, RAW_ROW_BYTES), SW128)?,
             tmap_sw: scale_map(w_mode, w_sf, w_rows, v.bm)?,
             tmap_sx: scale_map(x_mode, x_sf, x_rows, v.bn)?,
             sf_w: w_sf,
@@ -522,8 +536,8 @@ mod tests {
             assert!(v.smem_bytes() <= 232_448, "{v:?}: {}", v.smem_bytes());
             assert_eq!(v.symbol(), format!("gemm_nvfp4_sm90_ws_m{}n{}", v.bm, v.bn));
         }
-        // Mirrors Cfg<2, 128>: 1024 + 5 * 16384 + 8 * (12288 + 4096 + 2048) + (16 + 10) * 8 + 8.
-        assert_eq!(Variant { bm: 256, bn: 128 }.smem_bytes(), 1024 + 81920 + 147456 + 216);
+        // Mirrors Cfg<2, 128>: 1024 + 3 * 16384 + 3 * (49152 + 4096 + 2048) + (6 + 6) * 8 + 8.
+        assert_eq!(Variant { bm: 256, bn: 128 }.smem_bytes(), 1024 + 49152 + 165888 + 104);
     }
 
     #[test]
