@@ -8,14 +8,13 @@
 //! (tensor-core cycles, decode issue cycles, waves, split-K fixup). It is deterministic and
 //! printable; `NVFP4_PRINT_CONFIG=1` prints it per launch.
 
-use std::ffi::c_void;
 use std::fmt;
 
 use cudarc::driver::sys as dsys;
 use cudarc::driver::{CudaFunction, CudaSlice};
 
 use super::compile::KernelModule;
-use super::runtime::{cuda_err, Gpu, KernelParams};
+use super::runtime::{cuda_err, tma_map, Gpu, TmaMap};
 use crate::format::{Nvfp4Tensor, ScaleLayout};
 use crate::ops::{effective_alpha, Gemm};
 use crate::{Error, Result};
@@ -295,11 +294,6 @@ pub fn choose_with(m: usize, n: usize, k: usize, l: usize, sms: usize, forced: O
     }
 }
 
-/// `CUtensorMap`: 128 opaque bytes, 64-byte aligned (the kernel's `TmaMap`).
-#[repr(C, align(64))]
-#[derive(Clone, Copy, Debug)]
-struct TmaMap([u64; 16]);
-
 /// How an operand's scales reach the kernel; mirrors `enum SfMode` of gemm_sm90.cu.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(i32)]
@@ -366,58 +360,12 @@ const _: () = {
     assert!(std::mem::offset_of!(GemmSm90Params, units) == 636);
 };
 
-// SAFETY: `GemmSm90Params` is `#[repr(C, align(64))]` plain data laid out exactly as the kernel's
-// `GemmSm90Params` (four 128-byte tensor maps, 5 device addresses as u64, f64, f32, i32,
-// 3 x i64, 12 x i32; 640 bytes; the offsets are asserted above), and it is the kernel's only
-// parameter.
-unsafe impl KernelParams for GemmSm90Params {}
-
 /// The f32 form of `alpha` when it is ± a power of two that f32 holds as a normal number: then
 /// `f32 sum * alpha` is exact and one f32 -> f16 rounding equals the reference's.
 fn pow2_f32(alpha: f64) -> Option<f32> {
     let bits = alpha.to_bits();
     let (mantissa, exp) = (bits & ((1 << 52) - 1), ((bits >> 52) & 0x7FF) as i64 - 1023);
     (alpha != 0.0 && mantissa == 0 && (-126..=127).contains(&exp)).then_some(alpha as f32)
-}
-
-/// Encodes the TMA descriptor of a `[L, rows, cols]` u8 tensor at `addr`, box
-/// `[1, box_rows, box_cols]` (`cols` a multiple of 16), stored with `swizzle` in shared memory.
-fn tma_map(
-    addr: u64,
-    rows: usize,
-    cols: usize,
-    l: usize,
-    (box_rows, box_cols): (usize, usize),
-    swizzle: dsys::CUtensorMapSwizzle,
-) -> Result<TmaMap> {
-    let row_bytes = cols as u64;
-    let dims: [u64; 3] = [row_bytes, rows as u64, l as u64];
-    let strides: [u64; 2] = [row_bytes, row_bytes * rows as u64]; // dims 1 and 2, in bytes
-    let boxes: [u32; 3] = [box_cols as u32, box_rows as u32, 1];
-    let elem_strides: [u32; 3] = [1, 1, 1];
-    let mut map = dsys::CUtensorMap { opaque: [0; 16] };
-    // SAFETY: every pointer refers to a live local array of the length the rank (3) implies;
-    // `addr` is a device allocation of `l * rows * k/2` bytes owned by the caller's `Prepared`
-    // for as long as the descriptor is used; the driver only writes the 128-byte `map`.
-    unsafe {
-        dsys::cuTensorMapEncodeTiled(
-            &mut map,
-            dsys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
-            3,
-            addr as *mut c_void,
-            dims.as_ptr(),
-            strides.as_ptr(),
-            boxes.as_ptr(),
-            elem_strides.as_ptr(),
-            dsys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-            swizzle,
-            dsys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            dsys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        )
-    }
-    .result()
-    .map_err(cuda_err("cuTensorMapEncodeTiled"))?;
-    Ok(TmaMap(map.opaque))
 }
 
 fn to_i32(x: usize, what: &str) -> Result<i32> {
