@@ -146,12 +146,7 @@ impl MmaLaunch {
         func: CudaFunction,
     ) -> Result<Self> {
         let mut buffers = Vec::new();
-        let mut up = |bytes: &[u8]| -> Result<u64> {
-            let buf = gpu.upload(bytes)?;
-            let addr = gpu.addr(&buf);
-            buffers.push(buf);
-            Ok(addr)
-        };
+        let mut up = |bytes: &[u8]| gpu.upload_kept(bytes, &mut buffers);
         let mut descs = Vec::with_capacity(ops.len() * MmaProblem::BYTES);
         let mut shapes = Vec::new();
         let mut tile_start = 0usize;

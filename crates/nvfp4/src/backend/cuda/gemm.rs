@@ -402,12 +402,7 @@ impl GemmSm90Launch {
         let (w_rows, x_rows) = config.wx_rows();
 
         let mut buffers = Vec::new();
-        let mut up = |bytes: &[u8]| -> Result<u64> {
-            let buf = gpu.upload(bytes)?;
-            let addr = gpu.addr(&buf);
-            buffers.push(buf);
-            Ok(addr)
-        };
+        let mut up = |bytes: &[u8]| gpu.upload_kept(bytes, &mut buffers);
         let (w_vals, w_sf, x_vals, x_sf) = (up(w.values())?, up(w.scales())?, up(x.values())?, up(x.scales())?);
         let tiles_total = config.tiles.0 * config.tiles.1 * l;
         let workspace = if config.split > 1 {

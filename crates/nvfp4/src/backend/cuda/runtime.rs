@@ -103,6 +103,15 @@ impl Gpu {
         self.stream.clone_htod(data).map_err(cuda_err("copying to the device"))
     }
 
+    /// Uploads `bytes` into a buffer that `keep` owns (so it outlives the launches whose parameter
+    /// structs hold its address) and returns its device address.
+    pub fn upload_kept(&self, bytes: &[u8], keep: &mut Vec<CudaSlice<u8>>) -> Result<u64> {
+        let buf = self.upload(bytes)?;
+        let addr = self.addr(&buf);
+        keep.push(buf);
+        Ok(addr)
+    }
+
     /// A zero-filled device buffer of `n` elements.
     pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<CudaSlice<T>> {
         self.stream.alloc_zeros(n.max(1)).map_err(cuda_err("allocating device memory"))
