@@ -8,8 +8,7 @@
 # Steps (GPU_SUITE_STEPS selects a subset, e.g. "env tests"):
 #   env        nvidia-smi, NVRTC discovery, `nvfp4 kernels` (registers/spills on this NVRTC)
 #   tests      gpu-bin/test-* with --ignored --test-threads=1 (TEST_BINS="cuda bench" picks
-#              binaries, default all; TEST_FILTER passes test-name filters). The timing
-#              probe gemm_sm90_timing is skipped unless TEST_FILTER names it.
+#              binaries, default all; TEST_FILTER passes test-name filters).
 #   check      nvfp4 check --backend cuda
 #   bench      nvfp4 bench --json $OUT/bench.json
 #   sanitizer  compute-sanitizer memcheck (small GEMV/grouped cases), racecheck and synccheck
@@ -97,7 +96,7 @@ if has_step tests; then
     if [[ -n "${TEST_BINS:-}" && " $TEST_BINS " != *" ${t##*/test-} "* ]]; then continue; fi
     # shellcheck disable=SC2086
     run_step "$(basename "$t") --ignored" "$log" "$t" --ignored --test-threads=1 --nocapture \
-      ${TEST_FILTER:---skip gemm_sm90_timing}
+      ${TEST_FILTER:-}
   done
 fi
 

@@ -4,7 +4,9 @@
 
 use std::process::ExitCode;
 
-use nvfp4::backend::cuda::{kernel_reports, KernelReport, DEFAULT_ARCH};
+use std::path::PathBuf;
+
+use nvfp4::backend::cuda::{kernel_reports_to, KernelReport, DEFAULT_ARCH};
 
 /// Arguments of `nvfp4 kernels`.
 #[derive(clap::Args)]
@@ -15,6 +17,9 @@ pub struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also write each kernel file's CUBIN into this folder (for `cuobjdump -sass`).
+    #[arg(long, value_name = "DIR")]
+    cubin_dir: Option<PathBuf>,
 }
 
 fn table(reports: &[KernelReport]) -> String {
@@ -40,7 +45,7 @@ fn table(reports: &[KernelReport]) -> String {
 }
 
 pub fn main(args: Args) -> nvfp4::Result<ExitCode> {
-    let reports = kernel_reports(&args.arch)?;
+    let reports = kernel_reports_to(&args.arch, args.cubin_dir.as_deref())?;
     let spilling: Vec<&KernelReport> = reports.iter().filter(|r| r.spills()).collect();
     if args.json {
         let doc = serde_json::json!({

@@ -10,33 +10,34 @@
 // instruction) and X = A (the few tokens are the wgmma N side); for large M, W = A and X = B.
 // - W is decoded in registers by the consumer warpgroups and fed to wgmma as the A fragment
 //   (RS form). It is never written back to shared memory.
-// - X must be f16 in shared memory: a decoder warpgroup turns each TMA-loaded FP4 X tile into
-//   the 128-byte-swizzled K-major f16 layout that the wgmma B descriptor reads.
+// - X is decoded once per launch by `decode_nvfp4_f16_sm90` into an f16 copy in global memory
+//   ([L, x_rows, K64], K padded with zeros to a multiple of 64), which the TMA loads straight
+//   into the 128-byte-swizzled K-major layout the wgmma B descriptor reads.
+// NOTE: decoding X inside the GEMM (a decoder warpgroup per CTA) re-decodes it once per W tile
+// and was the bottleneck of the first five versions (ncu: consumers waited on the decoder, a
+// single latency-bound warp per scheduler); the pre-pass decodes it once.
 //
 // K order. A dot product does not care about the order of k as long as both operands use the
 // same one, and every element carries its own scale, so inside each 64-element stage the k
 // order is permuted to what is cheapest to decode: the thread holding quad lane t of an A
 // fragment owns scale block t of the stage (bytes 8t..8t+7 of a row, one scale), and the
-// decoder places X elements at the matching positions (see `decode_x_row`).
+// pre-pass places X elements at the matching positions (see the X pre-pass).
 //
-// Pipeline. The TMA moves 256 K elements per stage ("raw stage": 128 bytes per row, 128-byte
-// swizzle), and the roles compute it as 4 sub-stages of 64 K (one wgmma k16 per scale block).
+// Pipeline. W moves in raw stages of 256 K (128 bytes per row, 128-byte swizzle) with their
+// scales; X moves in sub-stages of 64 K (BN rows of 128 bytes of f16). Two rings, each with
+// full (TMA landed) and empty (consumers done) mbarriers.
 // NOTE: TMA cost grows with the rows of a box, not its bytes: boxes of 32-byte rows ran at ~6
-// cycles per row per SM and bounded the whole kernel; 128-byte rows quarter the row count.
-// Scales travel in the same raw stage: one 2 KB bulk copy per 128 rows for blocked scales (4
-// consecutive 512-byte column groups), or a tensor-map box [rows, 16 B] for plain scales (needs
-// K % 256 == 0 for a 16-byte row stride). Plain scales with other K fall back to direct global
-// loads, which are slow: the release arrivals and proxy fences of every stage wait for them.
+// cycles per row per SM and bounded an earlier version; every box here has 128-byte rows.
+// Scales: one 2 KB bulk copy per 128 rows for blocked scales (4 consecutive 512-byte column
+// groups), a tensor-map box [rows, 16 B] for plain scales (needs K % 256 == 0 for a 16-byte row
+// stride), or, for plain scales with other K, byte loads by the producer warp into the same
+// [rows, 16 B] layout.
 //
 // Roles (384 threads, one CTA per SM, persistent over work units):
-// - warpgroup 0, "decoder": decodes the X tile of every sub-stage into an f16 ring; its thread
-//   0 also issues the TMA loads (W and X FP4 tiles and their scales) LEAD raw stages ahead.
+// - warp 0, "producer": issues every TMA load (warps 1-3 only give their registers away);
 // - warpgroups 1, 2, "consumers": each owns WM m64 tiles of W; per sub-stage it decodes its W
-//   fragments one k16 step at a time and issues WM wgmma m64nBNk16 per step, up to 2 groups in
-//   flight (software pipeline), 4 steps per sub-stage.
-// Barriers: full[raw] (TMA landed: values and scales), empty[raw] (consumers read their W bytes
-// and scales of its last sub-stage after the decoder read its X bytes), xready[xf] (decoder
-// wrote a sub-stage's f16 X), xfree[xf] (consumers' wgmmas are done with it).
+//   fragments one k16 step at a time and issues WM wgmma m64nBNk16 per step, up to 4 (WM = 1)
+//   or 2 (WM = 2) groups in flight (software pipeline), 4 steps per sub-stage.
 //
 // Work units: (W tile, X tile, batch, K slice). With split > 1 every slice writes its f32
 // partial tile to the workspace; the last slice to arrive (a counter per tile) adds the slices
@@ -49,21 +50,19 @@ struct alignas(64) TmaMap {
   u64 bits[16];
 };
 
-// How an operand's scales reach the kernel.
+// How W's scales reach shared memory.
 enum SfMode : i32 {
-  SF_DIRECT = 0,  // plain layout, K % 256 != 0: global loads by the threads that use them
+  SF_DIRECT = 0,  // plain layout, K % 256 != 0: byte loads by the producer warp
   SF_TMA = 1,     // plain layout: a tensor-map box [rows, 16 B] per raw stage
   SF_BULK = 2,    // blocked layout: one 2 KB bulk copy per 128-row group per raw stage
 };
 
 // Mirrored by `GemmSm90Params` in backend/cuda/gemm.rs (#[repr(C, align(64))], same order).
 struct GemmSm90Params {
-  TmaMap tmap_w;        // W values: 3-D (K/2 bytes, w_rows, L) u8, box (32, BM, 1)
-  TmaMap tmap_x;        // X values: 3-D (K/2 bytes, x_rows, L) u8, box (32, BN, 1)
+  TmaMap tmap_w;        // W values: 3-D (K/2 bytes, w_rows, L) u8, box (128 B, BM, 1)
+  TmaMap tmap_x;        // decoded X: 3-D (2 * K64 bytes, x_rows, L) f16, box (128 B, BN, 1)
   TmaMap tmap_sw;       // W plain scales: 3-D (K/16, w_rows, L) u8, box (16, BM, 1) (SF_TMA)
-  TmaMap tmap_sx;       // X plain scales: 3-D (K/16, x_rows, L) u8, box (16, BN, 1) (SF_TMA)
   const u8* sf_w;       // W scales: [L, w_rows, K/16] e4m3 (plain) or [L, R, C, 512] (blocked)
-  const u8* sf_x;       // X scales, the same
   u16* c;               // output f16
   float* workspace;     // [tiles, split, BM * BN] f32 split-K partials (consumer register image)
   u32* counters;        // [tiles] split-K arrivals, zero between launches
@@ -74,7 +73,7 @@ struct GemmSm90Params {
   i64 c_stride_x;       // elements between consecutive X rows in c
   i64 c_stride_l;       // elements between batches in c
   i32 w_rows, x_rows, k, l;
-  i32 w_sf_mode, x_sf_mode;  // SfMode of each operand
+  i32 w_sf_mode;        // SfMode of W
   i32 tiles_w, tiles_x;
   i32 split;            // K slices per tile
   i32 k_iters;          // 64-element stages in K, ceil(K / 64)
@@ -82,20 +81,35 @@ struct GemmSm90Params {
   i32 units;            // tiles_w * tiles_x * l * split
 };
 
+// Mirrored by `XDecodeParams` in backend/cuda/gemm.rs.
+struct XDecodeParams {
+  const u8* x;   // [L, rows, K/2] packed e2m1
+  const u8* sf;  // [L, rows, K/16] e4m3, plain or blocked (SPEC §2)
+  u16* out;      // [L, rows, K64] f16, K permuted per 64 (the X pre-pass), zero past K
+  i32 rows, k, k64, l;
+  i32 blocked;
+  i32 pad_;
+};
+
 namespace {
 
 constexpr int THREADS = 384;
-constexpr int BK = 64;             // K elements per sub-stage: 32 bytes per row, 4 scale blocks
-constexpr int SUB = 4;             // sub-stages per raw (TMA) stage
-constexpr int ROW_BYTES = 128;     // bytes of a row per raw stage (256 K elements)
+constexpr int BK = 64;             // K elements per sub-stage: 32 bytes per W row, 4 scale blocks
+constexpr int SUB = 4;             // sub-stages per raw (W) stage
+constexpr int ROW_BYTES = 128;     // bytes of a W row per raw stage, of an X row per sub-stage
 constexpr int SF_CHUNK = 512;      // blocked layout: bytes per (128 rows, 4 blocks)
+constexpr int SMEM_CAP = 232448;   // dynamic shared memory per block on sm_90
+constexpr int MIN_X_STAGES = 5;   // X ring depth reserved before the W ring takes the rest
+constexpr int MAX_RAW_STAGES = 8;
+constexpr int MAX_X_STAGES = 12;
+constexpr int PRODUCER_REGS = 80;
+constexpr int CONSUMER_REGS = 208;
 
 // Compile-time shape of one variant. Shared memory (from a 1024-aligned base):
-//   xf[XF_STAGES]    [BN, 64] f16, K-major, 128-byte swizzle   (wgmma B operand, one sub-stage)
-//   raw[RAW_STAGES]  W: [BM, 128 B] u8, X: [BN, 128 B] u8 (TMA boxes, 128-byte swizzle), then
-//                    the raw stage's scales, W then X: [rows, 16 B] (SF_TMA boxes) or
-//                    [128-row groups, 4, 512 B] (SF_BULK chunks)
-//   bars             full, empty [RAW_STAGES]; xready, xfree [XF_STAGES]; flag
+//   x[X_STAGES]      [BN, 64] f16, K-major, 128-byte swizzle   (wgmma B operand, one sub-stage)
+//   raw[RAW_STAGES]  W: [BM, 128 B] u8 (TMA box, 128-byte swizzle), then its scales:
+//                    [BM, 16 B] (SF_TMA box or SF_DIRECT copy) or [BM / 128, 4, 512 B] (SF_BULK)
+//   bars             full_w, empty_w [RAW_STAGES]; full_x, empty_x [X_STAGES]; flag
 // `Variant::smem_bytes` in backend/cuda/gemm.rs mirrors SMEM_BYTES.
 template <int WM_, int BN_>
 struct Cfg {
@@ -103,52 +117,41 @@ struct Cfg {
   static constexpr int BN = BN_;          // X rows per tile = wgmma N
   static constexpr int BM = 2 * 64 * WM;  // W rows per tile
   static constexpr int W_BYTES = BM * ROW_BYTES;
+  static constexpr int SW_BYTES = BM * 16;  // = its 128-row groups * 4 * 512
+  static constexpr int RAW_BYTES = W_BYTES + SW_BYTES;
   static constexpr int X_BYTES = BN * ROW_BYTES;
-  static constexpr int VAL_BYTES = W_BYTES + X_BYTES;  // the raw stage's FP4 values
-  static constexpr int SW_BYTES = BM * 16;             // = its 128-row groups * 4 * 512
-  static constexpr int SX_BYTES = BN * 16 > SUB * SF_CHUNK ? BN * 16 : SUB * SF_CHUNK;
-  static constexpr int RAW_BYTES = VAL_BYTES + SW_BYTES + SX_BYTES;
-  static constexpr int XF_BYTES = BN * BK * 2;
-  static constexpr int RAW_STAGES = BN >= 256 ? 2 : 3;
-  static constexpr int XF_STAGES = BN >= 256 || BM * BN >= 256 * 128 ? 3 : 5;
-  // Raw stages issued ahead of the decoder. The issuer waits for the slot of raw stage
-  // r + LEAD - RAW_STAGES, which consumers free at that stage's last sub-stage: LEAD = RAW - 2
-  // lets the decoder run a raw stage ahead of the consumers (LEAD = RAW - 1 would hold it back
-  // to the consumers' sub-stage at every raw boundary).
-  static constexpr int LEAD = RAW_STAGES > 2 ? RAW_STAGES - 2 : 1;
-  // setmaxnreg budgets, 128 * (DECODER_REGS + 2 * CONSUMER_REGS) <= 384 * 168 (the launch's):
-  // two X rows per decoder thread need more decoder registers.
-  static constexpr int DECODER_REGS = BN > 128 ? 88 : 80;
-  static constexpr int CONSUMER_REGS = 208;
-  static constexpr int XF_OFF = 0;
-  static constexpr int RAW_OFF = XF_OFF + XF_STAGES * XF_BYTES;
+  // NOTE: W streams from DRAM and X from L2: the W ring gets the deeper prefetch (with 3 W
+  // stages the consumers spent ~20% of their time waiting for W).
+  static constexpr int RAW_FIT = (SMEM_CAP - 1024 - 512 - MIN_X_STAGES * X_BYTES) / RAW_BYTES;
+  static constexpr int RAW_STAGES = RAW_FIT < MAX_RAW_STAGES ? RAW_FIT : MAX_RAW_STAGES;
+  static constexpr int X_FIT = (SMEM_CAP - 1024 - 512 - RAW_STAGES * RAW_BYTES) / X_BYTES;
+  static constexpr int X_STAGES = X_FIT < MAX_X_STAGES ? X_FIT : MAX_X_STAGES;
+  static constexpr int X_OFF = 0;
+  static constexpr int RAW_OFF = X_OFF + X_STAGES * X_BYTES;
   static constexpr int BAR_OFF = RAW_OFF + RAW_STAGES * RAW_BYTES;
-  static constexpr int BAR_BYTES = (2 * RAW_STAGES + 2 * XF_STAGES) * 8 + 8;
+  static constexpr int BAR_BYTES = (2 * RAW_STAGES + 2 * X_STAGES) * 8 + 8;
   static constexpr int SMEM_BYTES = 1024 + BAR_OFF + BAR_BYTES;  // + alignment slack
   static_assert(BN % 16 == 0 && BN <= 256, "wgmma N");
-  static_assert(XF_BYTES % 1024 == 0, "128-byte swizzle atoms are 1024 B");
-  static_assert(W_BYTES % 1024 == 0 && X_BYTES % 1024 == 0 && RAW_BYTES % 1024 == 0, "swizzled TMA boxes");
+  static_assert(X_STAGES >= 3 && RAW_STAGES >= 2, "ring depths");
+  static_assert(X_BYTES % 1024 == 0 && RAW_BYTES % 1024 == 0, "128-byte swizzle atoms are 1024 B");
   static_assert(SW_BYTES == (BM / 128) * SUB * SF_CHUNK, "blocked W chunks");
-  static_assert(SMEM_BYTES <= 232448, "shared memory per block");
+  static_assert(SMEM_BYTES <= SMEM_CAP, "shared memory per block");
   static_assert(WM * BN / 2 <= 128, "accumulator registers per thread");
-  static_assert(BN >= 128 || 128 % BN == 0, "an X tile of BN < 128 rows lies in one 128-row group");
-  static_assert(128 * (DECODER_REGS + 2 * CONSUMER_REGS) <= THREADS * 168, "register file");
+  static_assert(128 * (PRODUCER_REGS + 2 * CONSUMER_REGS) <= 65536, "register file");
 };
 
 // Shared-memory addresses of one CTA.
 template <class C>
 struct Smem {
   u32 base;
-  NVFP4_DEVICE u32 xf(u32 s) const { return base + C::XF_OFF + s * C::XF_BYTES; }
+  NVFP4_DEVICE u32 x(u32 s) const { return base + C::X_OFF + s * C::X_BYTES; }
   NVFP4_DEVICE u32 raw_w(u32 s) const { return base + C::RAW_OFF + s * C::RAW_BYTES; }
-  NVFP4_DEVICE u32 raw_x(u32 s) const { return raw_w(s) + C::W_BYTES; }
-  NVFP4_DEVICE u32 sc_w(u32 s) const { return raw_w(s) + C::VAL_BYTES; }
-  NVFP4_DEVICE u32 sc_x(u32 s) const { return sc_w(s) + C::SW_BYTES; }
-  NVFP4_DEVICE u32 full(u32 s) const { return base + C::BAR_OFF + s * 8; }
-  NVFP4_DEVICE u32 empty(u32 s) const { return full(C::RAW_STAGES + s); }
-  NVFP4_DEVICE u32 xready(u32 s) const { return full(2 * C::RAW_STAGES + s); }
-  NVFP4_DEVICE u32 xfree(u32 s) const { return full(2 * C::RAW_STAGES + C::XF_STAGES + s); }
-  NVFP4_DEVICE u32 flag() const { return full(2 * C::RAW_STAGES + 2 * C::XF_STAGES); }
+  NVFP4_DEVICE u32 sc_w(u32 s) const { return raw_w(s) + C::W_BYTES; }
+  NVFP4_DEVICE u32 full_w(u32 s) const { return base + C::BAR_OFF + s * 8; }
+  NVFP4_DEVICE u32 empty_w(u32 s) const { return full_w(C::RAW_STAGES + s); }
+  NVFP4_DEVICE u32 full_x(u32 s) const { return full_w(2 * C::RAW_STAGES + s); }
+  NVFP4_DEVICE u32 empty_x(u32 s) const { return full_w(2 * C::RAW_STAGES + C::X_STAGES + s); }
+  NVFP4_DEVICE u32 flag() const { return full_w(2 * C::RAW_STAGES + 2 * C::X_STAGES); }
 };
 
 // ---- scheduling: work units and the walk over their stages -------------------------------------
@@ -171,8 +174,8 @@ NVFP4_DEVICE Unit unit_at(const GemmSm90Params& p, i32 u) {
   return r;
 }
 
-// The sequence of (unit, stage) a CTA processes: units blockIdx.x, +gridDim.x, ...; every role
-// walks the same sequence, so stage number g means the same data everywhere.
+// The sequence of (unit, stage) a CTA processes: units blockIdx.x, +gridDim.x, ...; both roles
+// walk the same sequence, so sub-stage number g means the same data everywhere.
 struct Walk {
   i32 u;
   Unit cur;
@@ -198,226 +201,133 @@ struct Walk {
 };
 
 // A sub-stage opens a raw stage when it is the first of its unit or of an aligned group of
-// SUB; it closes it when it is the last of its unit or of the group. Every role sees the same
+// SUB; it closes it when it is the last of its unit or of the group. Both roles see the same
 // events, so the n-th opened raw stage is slot n % RAW_STAGES everywhere.
 NVFP4_DEVICE bool raw_opens(const Unit& u, i32 kk) { return kk == u.k0 || kk % SUB == 0; }
 NVFP4_DEVICE bool raw_closes(const Unit& u, i32 kk) { return kk == u.k1 - 1 || kk % SUB == SUB - 1; }
 
-// The issuer's walk over raw stages: (unit, q) for q = k0 / SUB .. (k1 - 1) / SUB.
-struct RawWalk {
-  i32 u;
-  Unit cur;
-  i32 q;
-  NVFP4_DEVICE void start(const GemmSm90Params& p) {
-    u = blockIdx.x;
-    if (u < p.units) {
-      cur = unit_at(p, u);
-      q = cur.k0 / SUB;
-    }
-  }
-  NVFP4_DEVICE bool valid(const GemmSm90Params& p) const { return u < p.units; }
-  NVFP4_DEVICE void advance(const GemmSm90Params& p) {
-    if (++q > (cur.k1 - 1) / SUB) {
-      u += gridDim.x;
-      if (u < p.units) {
-        cur = unit_at(p, u);
-        q = cur.k0 / SUB;
-      }
-    }
-  }
-};
+// ---- X pre-pass: FP4 -> f16 in the GEMM's k order ----------------------------------------------
 
-// Byte offset of the 8 bytes (4 * kk % SUB + t / 2 .. of chunk, half t % 2) that quad lane t
-// reads from a 128-byte-swizzled row r of a raw tile in sub-stage kk: 16-byte chunk c of row r
-// sits at chunk c ^ (r % 8).
-NVFP4_DEVICE u32 swz(int r, int chunk) { return r * ROW_BYTES + ((chunk ^ (r & 7)) << 4); }
+// The decoded X row order: 16-byte chunk c = 2j + h of a 64-element group holds k slots
+// 16j + 8h .. +7 of k16 step j: for quad lane t the f16x2 it pairs with its A fragment
+// registers (h = 0: fragment pair 0, h = 1: pair 1), i.e. for j = 2J + i, (e_{4i}, e_{4i+2})
+// (h = 0) and (e_{4i+1}, e_{4i+3}) (h = 1) of word J (elements 16t + 8J .. +7) of scale block
+// t. This is the order in which the consumers take W's elements (`Consumer::mainloop`).
 
-// Where one row's scales are: `soff` is the byte offset of its scales inside its operand's part
-// of a stage's scale area (SF_TMA, SF_BULK); SF_DIRECT reads global memory at
-// sf + (l * rows + grow) * sf_cols instead. Rows past the operand's end read as scale 0.
-struct SfRow {
-  i32 grow, l;
-  u32 soff;
-  bool ok;
-};
+}  // namespace
 
-// Row `grow` (of `rows`, batch l) of an operand tile whose first row is `tile_row0`.
-NVFP4_DEVICE SfRow sf_row(i32 mode, i32 rows, i32 grow, i32 tile_row0, i32 l) {
-  SfRow r;
-  r.grow = grow;
-  r.l = l;
-  r.ok = grow < rows;
-  if (mode == SF_BULK)  // SPEC §2, counted from the tile's first 128-row group
-    r.soff = (grow / 128 - tile_row0 / 128) * (SUB * SF_CHUNK) + (grow % 32) * 16 + ((grow % 128) / 32) * 4;
-  else
-    r.soff = (grow - tile_row0) * 16;  // box row of 16 scale bytes (the raw stage's 4 sub-stages)
-  return r;
-}
-
-// Offset of sub-stage kk's 4 bytes from a row's scale bytes.
-NVFP4_DEVICE u32 sf_stage_off(i32 mode, i32 kk) { return (kk % SUB) * (mode == SF_TMA ? 4 : SF_CHUNK); }
-
-// The 4 scale bytes (block t in byte t) of stage kk of a row: zero for a missing row or blocks
-// past K. `area` is the operand's part of the stage's scale area.
-NVFP4_DEVICE u32 stage_scales(i32 mode, const u8* sf, u32 area, const SfRow& r, i32 rows, i32 kk, i32 sf_cols) {
-  if (!r.ok) return 0;
-  if (mode == SF_DIRECT) {
-    const u8* q = sf + ((i64)r.l * rows + r.grow) * sf_cols + 4 * kk;
-    u32 v = 0;
+// One thread per 16-byte output chunk: chunk c (J = c / 4, q = c % 4) of 64-element group gi of
+// a row takes pair q of word J of each of the group's 4 scale blocks (the order above), so a
+// warp stores 512 contiguous bytes and the 8 lanes of a group load the same 16 input bytes.
+// 32-bit indexing: the host checks that L * rows * K64 fits.
+extern "C" __global__ void __launch_bounds__(256) decode_nvfp4_f16_sm90(const __grid_constant__ XDecodeParams p) {
+  ptx::launch_dependents();  // the GEMM may start its setup and W loads now
+  const i32 groups = p.k64 / BK;
+  const i32 idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= p.l * p.rows * groups * 8) return;
+  const i32 c = idx & 7, J = c >> 2, q = c & 3;
+  const i32 gi = (idx >> 3) % groups;
+  const i32 lr = (idx >> 3) / groups;  // l * rows + row
+  const i32 sf_cols = p.k / 16;
+  // K % 16 == 0: a row starts 8-byte aligned and every 8-element word lies wholly inside or
+  // wholly past K.
+  const u8* src = p.x + (i64)lr * (p.k / 2) + 32 * gi + 4 * J;
+  u32 out[4];
 #pragma unroll
-    for (int t = 0; t < 4; ++t)
-      if (4 * kk + t < sf_cols) v |= ptx::ld_nc_u8(q + t) << (8 * t);
-    return v;
+  for (int t = 0; t < 4; ++t) {
+    const i32 col = 4 * gi + t;  // scale block t of the group
+    const bool in_k = col < sf_cols;
+    const u32 w = in_k ? ptx::ld_nc_u32(src + 8 * t) : 0u;
+    const u32 sc =
+        in_k ? ptx::ld_nc_u8(p.sf + nvfp4::scale_offset(p.blocked != 0, p.rows, sf_cols, lr % p.rows, col, lr / p.rows))
+             : 0u;
+    u32 even, odd;
+    nvfp4::e2m1x8_spread(w, even, odd);
+    out[t] = ptx::hmul2(nvfp4::f16x2_of_spread(q & 1 ? odd : even, q >> 1), nvfp4::scale_f16x2_x128(sc));
   }
-  const u32 v = ptx::lds_u32(area + r.soff + sf_stage_off(mode, kk));
-  const i32 left = sf_cols - 4 * kk;  // blocks of this stage inside K
-  return left >= 4 ? v : v & ((1u << (8 * left)) - 1);
+  *reinterpret_cast<uint4*>(p.out + (i64)lr * p.k64 + BK * gi + 8 * c) = make_uint4(out[0], out[1], out[2], out[3]);
 }
 
-// Scale byte t of stage kk of row `grow` (zero outside), in the low byte; `soff` as in SfRow.
-NVFP4_DEVICE u32 stage_scale(i32 mode, const u8* sf, u32 area, u32 soff, i32 grow, i32 rows, i32 l, i32 kk, int t,
-                             i32 sf_cols) {
-  if (grow >= rows || 4 * kk + t >= sf_cols) return 0;
-  if (mode == SF_DIRECT) return ptx::ld_nc_u8(sf + ((i64)l * rows + grow) * sf_cols + 4 * kk + t);
-  return ptx::lds_u8(area + soff + sf_stage_off(mode, kk) + t);
+namespace {
+
+// ---- producer warp: every TMA load --------------------------------------------------------------
+
+// Plain scales whose rows are not 16-byte aligned (K % 256 != 0): the producer warp copies raw
+// stage q's [BM, 16 B] with byte loads, zero past the operand's rows and K.
+template <class C>
+NVFP4_DEVICE void copy_scales_direct(const GemmSm90Params& p, u32 dst, i32 row0, i32 q, i32 l) {
+  const i32 sf_cols = p.k / 16, lane = threadIdx.x % 32;
+  for (i32 r = lane; r < C::BM; r += 32) {
+    const i32 grow = row0 + r;
+    u32 v[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int b = 0; b < 16; ++b) {
+      const i32 col = 16 * q + b;
+      if (grow < p.w_rows && col < sf_cols) v[b / 4] |= ptx::ld_nc_u8(p.sf_w + ((i64)l * p.w_rows + grow) * sf_cols + col) << (8 * (b % 4));
+    }
+    ptx::sts_v4(dst + r * 16, v[0], v[1], v[2], v[3]);
+  }
 }
 
-// ---- decoder warpgroup: TMA issue, X tile FP4 -> f16 --------------------------------------------
-
-// Issues one operand's scales for raw stage q into `dst` (rows row0 .. row0 + BOX_ROWS - 1);
-// returns the transaction bytes. `count_only` computes the bytes without copying (the
-// arrive.expect_tx must precede the copies that complete on the barrier).
-template <int BOX_ROWS>
-NVFP4_DEVICE u32 issue_scales(bool count_only, i32 mode, const TmaMap* tmap, const u8* sf, u32 dst, u32 bar, i32 rows,
-                              i32 sf_cols, i32 row0, i32 q, i32 l, u64 pol) {
-  if (mode == SF_TMA) {
-    if (!count_only) ptx::tma_load_3d(dst, tmap, bar, q * 16, row0, l, pol);
-    return BOX_ROWS * 16;
+// Issues W's scales for raw stage q into `dst`; returns the transaction bytes. `count_only`
+// computes the bytes without copying (the arrive.expect_tx must precede the copies).
+template <class C>
+NVFP4_DEVICE u32 issue_w_scales(const GemmSm90Params& p, bool count_only, u32 dst, u32 bar, i32 row0, i32 q, i32 l,
+                                u64 pol) {
+  if (p.w_sf_mode == SF_TMA) {
+    if (!count_only) ptx::tma_load_3d(dst, &p.tmap_sw, bar, q * 16, row0, l, pol);
+    return C::BM * 16;
   }
-  if (mode != SF_BULK) return 0;
-  const i32 R = (rows + 127) / 128, Cg = (sf_cols + 3) / 4;  // 128-row groups, 4-block columns
-  const i32 g0 = row0 / 128, g1 = min(R, (row0 + BOX_ROWS + 127) / 128);
-  const u32 bytes = min(SUB, Cg - SUB * q) * SF_CHUNK;        // the K tail has fewer columns
+  if (p.w_sf_mode != SF_BULK) return 0;
+  const i32 sf_cols = p.k / 16;
+  const i32 R = (p.w_rows + 127) / 128, Cg = (sf_cols + 3) / 4;  // 128-row groups, 4-block columns
+  const i32 g0 = row0 / 128, g1 = min(R, (row0 + C::BM + 127) / 128);
+  const u32 bytes = min(SUB, Cg - SUB * q) * SF_CHUNK;  // the K tail has fewer columns
   if (!count_only)
     for (i32 g = g0; g < g1; ++g)
-      ptx::bulk_load(dst + (g - g0) * SUB * SF_CHUNK, sf + (((i64)l * R + g) * Cg + SUB * q) * SF_CHUNK, bytes, bar,
+      ptx::bulk_load(dst + (g - g0) * SUB * SF_CHUNK, p.sf_w + (((i64)l * R + g) * Cg + SUB * q) * SF_CHUNK, bytes, bar,
                      pol);
   return (g1 - g0) * bytes;
 }
 
-// Issues the TMA loads of raw stage n (walk position `w`) into slot n % RAW_STAGES: values and
-// scales of both operands.
 template <class C>
-NVFP4_DEVICE void issue_stage(const GemmSm90Params& p, const Smem<C>& sm, const RawWalk& w, u32 n, u64 pol_w,
-                              u64 pol_x) {
-  const u32 s = n % C::RAW_STAGES;
-  if (n >= (u32)C::RAW_STAGES) ptx::mbar_wait(sm.empty(s), ((n / C::RAW_STAGES) - 1) & 1);
-  const i32 sf_cols = p.k / 16, wrow0 = w.cur.tw * C::BM, xrow0 = w.cur.tx * C::BN, l = w.cur.l;
-  for (int pass = 0; pass < 2; ++pass) {  // pass 0 counts the bytes, pass 1 copies
-    const bool count = pass == 0;
-    const u32 bytes =
-        issue_scales<C::BM>(count, p.w_sf_mode, &p.tmap_sw, p.sf_w, sm.sc_w(s), sm.full(s), p.w_rows, sf_cols, wrow0,
-                            w.q, l, pol_w) +
-        issue_scales<C::BN>(count, p.x_sf_mode, &p.tmap_sx, p.sf_x, sm.sc_x(s), sm.full(s), p.x_rows, sf_cols, xrow0,
-                            w.q, l, pol_x);
-    if (count) ptx::mbar_arrive_expect_tx(sm.full(s), C::VAL_BYTES + bytes);
-  }
-  ptx::tma_load_3d(sm.raw_w(s), &p.tmap_w, sm.full(s), w.q * ROW_BYTES, wrow0, l, pol_w);
-  ptx::tma_load_3d(sm.raw_x(s), &p.tmap_x, sm.full(s), w.q * ROW_BYTES, xrow0, l, pol_x);
-}
-
-// One 16-byte chunk of decoded X: chunk c = 2j + h of a row holds k slots 16j + 8h .. +7, i.e.
-// the f16x2 of scale blocks t = 0..3 that the consumer's quad lane t supplies for k16 step j.
-NVFP4_DEVICE void store_x_chunk(u32 row_addr, int row, int c, u32 b0, u32 b1, u32 b2, u32 b3) {
-  ptx::sts_v4(row_addr + ((c ^ (row & 7)) << 4), b0, b1, b2, b3);
-}
-
-template <class C>
-NVFP4_DEVICE void decode_x_row(const Smem<C>& sm, u32 rs, i32 kk, u32 xs, int row, u32 sc) {
-  // The sub-stage's [32 B] of the row (chunks 2 * (kk % SUB) and +1 of the swizzled raw row):
-  // block t = bytes 8t..8t+7, word 2t + J = elements 16t + 8J .. +7.
-  const int c0 = 2 * (kk % SUB);
-  const uint4 lo = ptx::lds_v4(sm.raw_x(rs) + swz(row, c0));
-  const uint4 hi = ptx::lds_v4(sm.raw_x(rs) + swz(row, c0 + 1));
-  const u32 words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-  u32 s2[4];
-#pragma unroll
-  for (int t = 0; t < 4; ++t) s2[t] = nvfp4::scale_f16x2_x128((sc >> (8 * t)) & 0xFF);
-  const u32 row_addr = sm.xf(xs) + row * 128;
-#pragma unroll
-  for (int J = 0; J < 2; ++J) {
-    u32 r02[4], r46[4], r13[4], r57[4];
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      nvfp4::e2m1x8_to_f16x8_biased(words[2 * t + J], r02[t], r46[t], r13[t], r57[t]);
-      r02[t] = ptx::hmul2(r02[t], s2[t]);
-      r46[t] = ptx::hmul2(r46[t], s2[t]);
-      r13[t] = ptx::hmul2(r13[t], s2[t]);
-      r57[t] = ptx::hmul2(r57[t], s2[t]);
-    }
-    // k16 step j = 2J + i takes (e0,e2 | e1,e3) for i = 0 and (e4,e6 | e5,e7) for i = 1.
-    store_x_chunk(row_addr, row, 4 * J + 0, r02[0], r02[1], r02[2], r02[3]);
-    store_x_chunk(row_addr, row, 4 * J + 1, r13[0], r13[1], r13[2], r13[3]);
-    store_x_chunk(row_addr, row, 4 * J + 2, r46[0], r46[1], r46[2], r46[3]);
-    store_x_chunk(row_addr, row, 4 * J + 3, r57[0], r57[1], r57[2], r57[3]);
-  }
-}
-
-template <class C>
-NVFP4_DEVICE void decoder_role(const GemmSm90Params& p, const Smem<C>& sm) {
-  constexpr int XR = (C::BN + 127) / 128;  // X rows per decoder thread: threadIdx.x + 128 i
-  const bool issuer = threadIdx.x == 0;
-  const i32 sf_cols = p.k / 16;
-  RawWalk tma;
-  Walk dec;
-  u32 n_tma = 0;  // raw stages issued
-  u64 pol_w = 0, pol_x = 0;
-  if (issuer) {
-    pol_w = ptx::policy_evict_first();  // W is streamed once
-    pol_x = ptx::policy_evict_last();   // X tiles are re-read by every W tile
-    tma.start(p);
-    for (; n_tma < (u32)C::LEAD && tma.valid(p); ++n_tma, tma.advance(p))
-      issue_stage<C>(p, sm, tma, n_tma, pol_w, pol_x);
-  }
-  dec.start(p);
-  i32 unit = -1;
-  SfRow sr[XR];
-  u32 n = 0, rs = 0;  // raw stages opened, and the current one's slot
-  for (u32 g = 0; dec.valid(p); ++g, dec.advance(p)) {
-    if (dec.u != unit) {
-      unit = dec.u;
-#pragma unroll
-      for (int i = 0; i < XR; ++i) {
-        const int row = threadIdx.x + 128 * i;
-        const i32 xrow0 = dec.cur.tx * C::BN;
-        sr[i] = sf_row(p.x_sf_mode, p.x_rows, xrow0 + row, xrow0, dec.cur.l);
-        sr[i].ok = sr[i].ok && row < C::BN;
+NVFP4_DEVICE void producer_role(const GemmSm90Params& p, const Smem<C>& sm) {
+  const bool leader = threadIdx.x == 0;
+  const u64 pol_w = ptx::policy_evict_first();  // W is streamed once
+  const u64 pol_x = ptx::policy_evict_last();   // decoded X tiles are re-read by every W tile
+  Walk w;
+  w.start(p);
+  u32 n = 0;  // raw stages opened
+  bool x_ready = false;  // the X pre-pass (the previous kernel) has completed
+  for (u32 g = 0; w.valid(p); ++g, w.advance(p)) {
+    const Unit& u = w.cur;
+    if (raw_opens(u, w.kk)) {
+      const u32 s = n % C::RAW_STAGES;
+      if (n >= (u32)C::RAW_STAGES) ptx::mbar_wait(sm.empty_w(s), ((n / C::RAW_STAGES) - 1) & 1);
+      const i32 q = w.kk / SUB, row0 = u.tw * C::BM;
+      if (p.w_sf_mode == SF_DIRECT) copy_scales_direct<C>(p, sm.sc_w(s), row0, q, u.l);
+      // full_w counts every producer lane: each releases its own scale stores (SF_DIRECT).
+      if (!leader) ptx::mbar_arrive(sm.full_w(s));
+      if (leader) {
+        const u32 sbytes = issue_w_scales<C>(p, true, sm.sc_w(s), sm.full_w(s), row0, q, u.l, pol_w);
+        ptx::mbar_arrive_expect_tx(sm.full_w(s), C::W_BYTES + sbytes);
+        issue_w_scales<C>(p, false, sm.sc_w(s), sm.full_w(s), row0, q, u.l, pol_w);
+        ptx::tma_load_3d(sm.raw_w(s), &p.tmap_w, sm.full_w(s), q * ROW_BYTES, row0, u.l, pol_w);
       }
-    }
-    if (raw_opens(dec.cur, dec.kk)) {
-      if (issuer && tma.valid(p)) {
-        issue_stage<C>(p, sm, tma, n_tma, pol_w, pol_x);
-        ++n_tma;
-        tma.advance(p);
-      }
-      rs = n % C::RAW_STAGES;
-      ptx::mbar_wait(sm.full(rs), (n / C::RAW_STAGES) & 1);
       ++n;
     }
-    const u32 xs = g % C::XF_STAGES;
-    if (g >= (u32)C::XF_STAGES) ptx::mbar_wait(sm.xfree(xs), ((g / C::XF_STAGES) - 1) & 1);
-    u32 sc[XR];
-#pragma unroll
-    for (int i = 0; i < XR; ++i) sc[i] = stage_scales(p.x_sf_mode, p.sf_x, sm.sc_x(rs), sr[i], p.x_rows, dec.kk, sf_cols);
-#pragma unroll
-    for (int i = 0; i < XR; ++i) {
-      const int row = threadIdx.x + 128 * i;
-      if (row < C::BN) decode_x_row<C>(sm, rs, dec.kk, xs, row, sc[i]);
+    const u32 xs = g % C::X_STAGES;
+    if (g >= (u32)C::X_STAGES) ptx::mbar_wait(sm.empty_x(xs), ((g / C::X_STAGES) - 1) & 1);
+    // NOTE: launched as a programmatic dependent of the X pre-pass: everything before this
+    // point (barrier setup, the first W stage) overlaps the pre-pass.
+    if (!x_ready) {
+      ptx::wait_prerequisites();
+      x_ready = true;
     }
-    // NOTE: the wgmma reads shared memory through the async proxy; generic-proxy stores must be
-    // fenced before the arrival that publishes them.
-    ptx::fence_proxy_async_smem();
-    ptx::mbar_arrive(sm.xready(xs));
+    if (leader) {
+      ptx::mbar_arrive_expect_tx(sm.full_x(xs), C::X_BYTES);
+      ptx::tma_load_3d(sm.x(xs), &p.tmap_x, sm.full_x(xs), w.kk * ROW_BYTES, u.tx * C::BN, u.l, pol_x);
+    }
   }
 }
 
@@ -437,51 +347,62 @@ struct Consumer {
   NVFP4_DEVICE static int frag_row(int mt, int h) { return wg() * C::WM * 64 + mt * 64 + warp() * 16 + lane_() / 4 + 8 * h; }
 
   // One work unit's K range: acc = sum over its sub-stages. `g` and `n` are the CTA's running
-  // sub-stage and raw-stage counts (the same numbering as the other roles' walks).
+  // sub-stage and raw-stage counts (the same numbering as the producer's walk).
   NVFP4_DEVICE void mainloop(const GemmSm90Params& p, const Smem<C>& sm, const Unit& un, u32& g, u32& n) {
-    const int t = lane_() % 4;
+    const int lane = lane_(), t = lane % 4;
+    const int r0 = frag_row(0, 0);
+    // This thread's 8 bytes (block t) of fragment row r in sub-stage `sub` of a raw W row: 16-byte
+    // chunk 2 * sub + t / 2 sits at chunk (2 * sub + t / 2) ^ (r % 8) (128-byte swizzle), and
+    // r % 8 = lane / 4 for every fragment row of this thread.
+    const u32 swz = (u32)((t / 2) ^ (lane / 4));
+    const u32 w_off = r0 * ROW_BYTES + 8 * (t % 2);
+    // Its scale byte (block t of sub-stage sub) of row r0 in the raw stage's scale area; rows
+    // r0 + 8 are 128 bytes further in both layouts, r0 + 64 (next m-tile) `sc_mt` further.
+    const bool bulk = p.w_sf_mode == SF_BULK;
+    const u32 sc_off = bulk ? (r0 / 128) * (SUB * SF_CHUNK) + (r0 % 32) * 16 + ((r0 % 128) / 32) * 4 + t : r0 * 16 + t;
+    const u32 sc_mt = bulk ? 8 : 64 * 16, sc_sub = bulk ? SF_CHUNK : 4;
     const i32 sf_cols = p.k / 16;
 #pragma unroll
     for (int mt = 0; mt < C::WM; ++mt)
 #pragma unroll
       for (int i = 0; i < NACC; ++i) acc[mt][i] = 0.f;
 
-    u32 frag[2][C::WM][4];  // A fragments of two k16 steps in flight, [step % 2][mt][reg]
-    bool pending = false;   // the previous sub-stage's wgmma groups may still run
-    u32 prev_xs = 0, prev2_xs = 0;
-    i32 done = 0;           // sub-stages of this unit whose f16 X slot is not yet handed back
+    // A fragments of the k16 steps in flight, [step % NBUF][mt][reg]. NOTE: the decode of a step
+    // sits between two wgmma waits; one m64n128k16 per step is short (64 tensor cycles), so 4
+    // buffers (3 groups in flight) hide the decode behind the tensor cores. Longer steps (two
+    // m-tiles, or N = 256) do with 2, and have no registers for more.
+    constexpr int NBUF = C::WM == 1 && C::BN <= 128 ? 4 : 2;
+    u32 frag[NBUF][C::WM][4];
+    u32 prev_xs = 0;
+    bool has_prev = false;  // a sub-stage of this unit whose X slot is not yet handed back
     u32 rs = 0;
     for (i32 kk = un.k0; kk < un.k1; ++kk, ++g) {
       if (raw_opens(un, kk)) {
         rs = n % C::RAW_STAGES;
-        ptx::mbar_wait(sm.full(rs), (n / C::RAW_STAGES) & 1);
+        ptx::mbar_wait(sm.full_w(rs), (n / C::RAW_STAGES) & 1);
         ++n;
       }
-      const u32 xs = g % C::XF_STAGES;
-      uint2 raw[C::WM][2];  // row's bytes 8t..8t+7 of the sub-stage: scale block t
-      u32 s2[C::WM][2];     // its scale, as f16x2 (scale * 2^7)
+      const u32 sub = kk % SUB;
+      const u32 wa = sm.raw_w(rs) + w_off + (((2 * sub) ^ swz) << 4);
+      const u32 sa = sm.sc_w(rs) + sc_off + sub * sc_sub;
+      const bool in_k = 4 * kk + t < sf_cols;  // blocks past K: scale 0 (padding may be NaN)
+      uint2 raw[C::WM][2];                     // row's bytes 8t..8t+7 of the sub-stage: block t
+      u32 s2[C::WM][2];                        // its scale, as f16x2 (scale * 2^7)
 #pragma unroll
       for (int mt = 0; mt < C::WM; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          // 8 bytes 8t..8t+7 of the sub-stage's 32: chunk 2 * (kk % SUB) + t / 2, half t % 2.
-          raw[mt][h] = ptx::lds_v2(sm.raw_w(rs) + swz(frag_row(mt, h), 2 * (kk % SUB) + t / 2) + 8 * (t % 2));
-          const i32 wrow = un.tw * C::BM + frag_row(mt, h);
-          const u32 soff = sf_row(p.w_sf_mode, p.w_rows, wrow, un.tw * C::BM, un.l).soff;  // recomputed: registers
-          const u32 sc = stage_scale(p.w_sf_mode, p.sf_w, sm.sc_w(rs), soff, wrow, p.w_rows, un.l, kk, t, sf_cols);
-          s2[mt][h] = nvfp4::scale_f16x2_x128(sc);
+          raw[mt][h] = ptx::lds_v2(wa + (mt * 64 + 8 * h) * ROW_BYTES);
+          const u32 sc = ptx::lds_u8(sa + mt * sc_mt + 128 * h);
+          s2[mt][h] = nvfp4::scale_f16x2_x128(in_k ? sc : 0u);
         }
-      ptx::mbar_wait(sm.xready(xs), (g / C::XF_STAGES) & 1);
-      // NOTE: every arrival below is made by every thread, before this sub-stage's wgmmas: a
-      // divergent branch between wgmmas makes ptxas serialize the whole wgmma pipeline, and a
-      // release arrival waits for this thread's outstanding loads.
-      // The raw slot is released at its last sub-stage, after xready: that also says every
-      // decoder thread has read its X bytes from it (decoder warps drift apart).
-      if (raw_closes(un, kk)) ptx::mbar_arrive(sm.empty(rs));
-      // The f16 X slot of two sub-stages back: all its wgmma groups retired during the last one
-      // (at most 1 group, of the last sub-stage, is in flight after its step-1 wait).
-      if (done >= 2) ptx::mbar_arrive(sm.xfree(prev2_xs));
-      const u64 desc = ptx::wgmma_desc_k128b(sm.xf(xs));
+      // NOTE: arrivals are made by every thread and predicated, never branched around: a branch
+      // between wgmmas makes ptxas serialize the whole wgmma pipeline. A release arrival also
+      // orders this thread's loads of the slot before it.
+      ptx::mbar_arrive_if(sm.empty_w(rs), raw_closes(un, kk));
+      const u32 xs = g % C::X_STAGES;
+      ptx::mbar_wait(sm.full_x(xs), (g / C::X_STAGES) & 1);
+      const u64 desc = ptx::wgmma_desc_k128b(sm.x(xs));
 
       // Software pipeline over the 4 k16 steps: decode step j's A fragments while earlier
       // wgmma groups run. Fragment regs [mt][reg] = (row g, pair 0), (row g+8, pair 0),
@@ -496,11 +417,13 @@ struct Consumer {
             for (int h = 0; h < 2; ++h)
               nvfp4::e2m1x8_spread(j == 0 ? raw[mt][h].x : raw[mt][h].y, spread[mt][h][0], spread[mt][h][1]);
         }
-        // NOTE: frag[j % 2] was last read by the group two steps back: at most 1 group may
-        // still run before it is overwritten (2 groups per warpgroup, 4 per SM, keep the tensor
-        // cores fed; 4 buffers would cost 16 more registers and spill).
-        ptx::wgmma_wait<1>();
-        u32(&f)[C::WM][4] = frag[j % 2];
+        // frag[j % NBUF] was last read by the group NBUF steps back: at most NBUF - 1 groups may
+        // still run before it is overwritten.
+        ptx::wgmma_wait<NBUF - 1>();
+        // After step NBUF - 1's wait every group of the previous sub-stage has retired: its X
+        // slot goes back to the producer.
+        if (j == NBUF - 1) ptx::mbar_arrive_if(sm.empty_x(prev_xs), has_prev);
+        u32(&f)[C::WM][4] = frag[j % NBUF];
 #pragma unroll
         for (int mt = 0; mt < C::WM; ++mt)
 #pragma unroll
@@ -513,20 +436,15 @@ struct Consumer {
         for (int mt = 0; mt < C::WM; ++mt) ptx::wgmma_rs<C::BN>(acc[mt], f[mt], desc + 2 * j);  // +32 B
         ptx::wgmma_commit();
       }
-      prev2_xs = prev_xs;
       prev_xs = xs;
-      pending = true;
-      ++done;
+      has_prev = true;
     }
     ptx::wgmma_wait<0>();
 #pragma unroll
     for (int mt = 0; mt < C::WM; ++mt)
 #pragma unroll
       for (int i = 0; i < NACC; ++i) ptx::reg_fence(acc[mt][i]);
-    if (pending) {
-      if (done >= 2) ptx::mbar_arrive(sm.xfree(prev2_xs));
-      ptx::mbar_arrive(sm.xfree(prev_xs));
-    }
+    ptx::mbar_arrive_if(sm.empty_x(prev_xs), has_prev);
   }
 
   // v * alpha rounded once to f16: in f32 when alpha is a power of two (the product is exact),
@@ -657,7 +575,7 @@ NVFP4_DEVICE void consumer_role(const GemmSm90Params& p, const Smem<C>& sm) {
   for (; walk.valid(p); walk.next_unit(p)) {
     cs.mainloop(p, sm, walk.cur, g, n);
     // NOTE: the unit is recomputed rather than kept: its fields would otherwise stay live across
-    // the mainloop, where the 2-m-tile consumer has no registers to spare.
+    // the mainloop.
     cs.epilogue(p, sm, unit_at(p, walk.u));
   }
 }
@@ -672,12 +590,12 @@ NVFP4_DEVICE void gemm_sm90(const GemmSm90Params& p) {
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < C::RAW_STAGES; ++s) {
-      ptx::mbar_init(sm.full(s), 1);     // the issuer's arrive.expect_tx
-      ptx::mbar_init(sm.empty(s), 256);  // every consumer thread
+      ptx::mbar_init(sm.full_w(s), 32);    // every producer lane, the leader with expect_tx
+      ptx::mbar_init(sm.empty_w(s), 256);  // every consumer thread
     }
-    for (int s = 0; s < C::XF_STAGES; ++s) {
-      ptx::mbar_init(sm.xready(s), 128);  // every decoder thread (each fences its own stores)
-      ptx::mbar_init(sm.xfree(s), 256);
+    for (int s = 0; s < C::X_STAGES; ++s) {
+      ptx::mbar_init(sm.full_x(s), 1);
+      ptx::mbar_init(sm.empty_x(s), 256);
     }
     ptx::fence_mbar_init();
     ptx::prefetch_tensormap(&p.tmap_w);
@@ -686,10 +604,10 @@ NVFP4_DEVICE void gemm_sm90(const GemmSm90Params& p) {
   __syncthreads();
 
   if (threadIdx.x < 128) {
-    ptx::setmaxnreg_dec<C::DECODER_REGS>();
-    decoder_role<C>(p, sm);
+    ptx::setmaxnreg_dec<PRODUCER_REGS>();
+    if (threadIdx.x < 32) producer_role<C>(p, sm);
   } else {
-    ptx::setmaxnreg_inc<C::CONSUMER_REGS>();
+    ptx::setmaxnreg_inc<CONSUMER_REGS>();
     consumer_role<C>(p, sm);
   }
 }

@@ -199,6 +199,14 @@ NVFP4_DEVICE void fence_mbar_init() { asm volatile("fence.mbarrier_init.release.
 NVFP4_DEVICE void mbar_arrive(u32 bar) {
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
+// An arrival when `pred` holds, as a predicated instruction rather than a branch (a branch
+// between wgmmas makes ptxas serialize the wgmma pipeline).
+NVFP4_DEVICE void mbar_arrive_if(u32 bar, bool pred) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %1, 0;\n@p mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n}\n" ::"r"(bar),
+      "r"((u32)pred)
+      : "memory");
+}
 // One arrival that also announces `bytes` of transactions (TMA) the phase must wait for.
 NVFP4_DEVICE void mbar_arrive_expect_tx(u32 bar, u32 bytes) {
   asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
@@ -215,6 +223,14 @@ NVFP4_DEVICE void mbar_wait(u32 bar, u32 parity) {
       "r"(parity)
       : "memory");
 }
+
+// ---- programmatic dependent launch -------------------------------------------------------------
+
+// Lets the next kernel on the stream (launched with programmatic stream serialization) start.
+NVFP4_DEVICE void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+// Waits until the previous kernel on the stream has completed and its writes are visible (a no-op
+// when this kernel was launched without programmatic stream serialization).
+NVFP4_DEVICE void wait_prerequisites() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 // ---- TMA (cp.async.bulk.tensor) ----------------------------------------------------------------
 

@@ -238,9 +238,22 @@ pub fn parse_ptxas_log(file: &str, log: &str) -> Vec<KernelReport> {
 /// Compiles every module for `arch` (no GPU needed) and reports each kernel's resources. A
 /// kernel the module promises but ptxas did not report is an error.
 pub fn kernel_reports(arch: &str) -> Result<Vec<KernelReport>> {
+    kernel_reports_to(arch, None)
+}
+
+/// [`kernel_reports`], also writing each module's CUBIN as `<dir>/<file stem>.<arch>.cubin` when
+/// `cubin_dir` is given (for SASS dumps with `cuobjdump -sass` or `nvdisasm`).
+pub fn kernel_reports_to(arch: &str, cubin_dir: Option<&Path>) -> Result<Vec<KernelReport>> {
     let mut all = Vec::new();
     for module in MODULES {
-        let (_cubin, log) = compile(module, arch, true)?;
+        let (cubin, log) = compile(module, arch, true)?;
+        if let Some(dir) = cubin_dir {
+            let stem = module.file.trim_end_matches(".cu");
+            let path = dir.join(format!("{stem}.{arch}.cubin"));
+            std::fs::create_dir_all(dir)
+                .and_then(|()| std::fs::write(&path, &cubin))
+                .map_err(|e| Error::Io { path: path.clone(), source: e })?;
+        }
         let reports = parse_ptxas_log(module.file, &log);
         for sym in module.symbols {
             if !reports.iter().any(|r| r.symbol == *sym) {

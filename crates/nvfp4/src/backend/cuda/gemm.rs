@@ -2,11 +2,12 @@
 //! configuration heuristic, TMA descriptors, the parameter struct and the launch.
 //!
 //! The kernel computes `D[w, x] = Σ_k W[w, k]·X[x, k]` with W decoded in registers (wgmma M
-//! side, `bm` rows per tile) and X decoded to f16 in shared memory (wgmma N side, `bn` rows per
-//! tile). The heuristic picks which GEMM operand is W (the larger one: for small M the weights B
-//! run on the M side), the tile variant and the split of K, from a small cost model of the SM
-//! (tensor-core cycles, decode issue cycles, waves, split-K fixup). It is deterministic and
-//! printable; `NVFP4_PRINT_CONFIG=1` prints it per launch.
+//! side, `bm` rows per tile) and X decoded once per launch to an f16 copy by a pre-pass kernel,
+//! which the TMA loads as the wgmma's shared-memory operand (N side, `bn` rows per tile). The
+//! heuristic picks which GEMM operand is W (the larger one: for small M the weights B run on the
+//! M side), the tile variant and the split of K, from a small cost model of the SM (tensor-core
+//! cycles, decode issue cycles, L2 traffic of the f16 X tiles, waves, split-K fixup). It is
+//! deterministic and printable; `NVFP4_PRINT_CONFIG=1` prints it per launch.
 
 use std::fmt;
 
@@ -30,15 +31,27 @@ pub static GEMM_SM90: KernelModule = KernelModule {
         "gemm_nvfp4_sm90_ws_m256n128",
         "gemm_nvfp4_sm90_ws_m128n128",
         "gemm_nvfp4_sm90_ws_m128n256",
+        X_DECODE_SYMBOL,
     ],
 };
 
-/// Threads per CTA: a decoder warpgroup and two consumer warpgroups.
+/// The pre-pass that decodes X to f16 (kernels/gemm_sm90.cu).
+const X_DECODE_SYMBOL: &str = "decode_nvfp4_f16_sm90";
+/// Its threads per block (one thread per row and 64-element group).
+const X_DECODE_THREADS: u32 = 256;
+
+/// Threads per CTA: a producer warpgroup (one warp issues the TMA) and two consumer warpgroups.
 pub const THREADS: u32 = 384;
 /// K elements per sub-stage (one wgmma k16 per scale block); the cost model counts these.
 pub const BK: usize = 64;
-/// Bytes of a row per TMA stage (256 K elements, the 128-byte swizzle width).
+/// Bytes of a W row per TMA stage (256 K elements) and of an X row per sub-stage (64 f16): the
+/// 128-byte swizzle width.
 const RAW_ROW_BYTES: usize = 128;
+/// Dynamic shared memory per block on sm_90, and the kernel's stage limits (`Cfg`).
+const SMEM_CAP: usize = 232_448;
+const MIN_X_STAGES: usize = 5;
+const MAX_RAW_STAGES: usize = 8;
+const MAX_X_STAGES: usize = 12;
 /// The kernel folds 2^-7 into each decoded operand; the epilogue multiplies 2^14 back.
 const DECODE_BIAS: f64 = 16384.0;
 /// Most K slices per tile.
@@ -69,30 +82,26 @@ impl Variant {
         let i = VARIANTS.iter().position(|v| *v == self).expect("a listed variant");
         GEMM_SM90.symbols[i]
     }
-    /// Raw (TMA) stages of 256 K elements, values and scales; mirrors `Cfg::RAW_STAGES`.
-    pub fn raw_stages(self) -> usize {
-        if self.bn >= 256 {
-            2
-        } else {
-            3
-        }
+    /// Bytes of one W stage (256 K elements): values, then scales (16 B per row in every layout).
+    fn raw_bytes(self) -> usize {
+        self.bm * RAW_ROW_BYTES + self.bm * 16
     }
-    /// Decoded-X (f16) sub-stages of 64 K elements; mirrors `Cfg::XF_STAGES`.
-    pub fn xf_stages(self) -> usize {
-        if self.bn >= 256 || self.bm * self.bn >= 256 * 128 {
-            3
-        } else {
-            5
-        }
+    /// W stages of 256 K elements, values and scales: what fits next to 5 X stages, at most 8;
+    /// mirrors `Cfg::RAW_STAGES`.
+    pub fn raw_stages(self) -> usize {
+        let fit = (SMEM_CAP - 1024 - 512 - MIN_X_STAGES * self.bn * RAW_ROW_BYTES) / self.raw_bytes();
+        fit.min(MAX_RAW_STAGES)
+    }
+    /// Decoded-X (f16) sub-stages of 64 K elements: what fits next to the W stages, at most 12;
+    /// mirrors `Cfg::X_STAGES`.
+    pub fn x_stages(self) -> usize {
+        let fit = (SMEM_CAP - 1024 - 512 - self.raw_stages() * self.raw_bytes()) / (self.bn * RAW_ROW_BYTES);
+        fit.min(MAX_X_STAGES)
     }
     /// Dynamic shared memory in bytes; mirrors `Cfg::SMEM_BYTES` (the kernel traps on a mismatch).
     pub fn smem_bytes(self) -> usize {
-        // A raw stage: 128 B per row of W and X values, then their scales (plain: a [rows, 16 B]
-        // box; blocked: 4 x 512 B per 128 rows, the same room for W, at least one group for X).
-        let raw = (self.bm + self.bn) * RAW_ROW_BYTES + self.bm * 16 + (self.bn * 16).max(2048);
-        let xf = self.bn * BK * 2;
-        let bars = (2 * self.raw_stages() + 2 * self.xf_stages()) * 8 + 8;
-        1024 + self.xf_stages() * xf + self.raw_stages() * raw + bars
+        let bars = (2 * self.raw_stages() + 2 * self.x_stages()) * 8 + 8;
+        1024 + self.x_stages() * self.bn * RAW_ROW_BYTES + self.raw_stages() * self.raw_bytes() + bars
     }
 }
 
@@ -136,7 +145,8 @@ pub fn rejects(p: &Gemm) -> Option<String> {
         return Some(format!("K = {k}: TMA needs 16-byte row strides (K % 32 == 0) and K >= {BK}"));
     }
     let fits = |x: usize| x <= i32::MAX as usize;
-    if !fits(l * m * n) || !fits(m.max(n) * (k / 2)) || !fits(k) {
+    // The X pre-pass indexes its f16 output ([L, rows, K padded to 64]) with 32-bit offsets.
+    if !fits(l * m * n) || !fits(m.max(n) * (k / 2)) || !fits(l * m.max(n) * k.next_multiple_of(BK)) {
         return Some(format!("{m}x{n}x{k}x{l} exceeds 32-bit indexing"));
     }
     None
@@ -192,7 +202,7 @@ impl fmt::Display for GemmSm90Config {
             v.bm,
             v.bn,
             v.raw_stages(),
-            v.xf_stages(),
+            v.x_stages(),
             self.tiles.0,
             self.tiles.1,
             self.split,
@@ -206,22 +216,21 @@ impl fmt::Display for GemmSm90Config {
     }
 }
 
-// Cost model constants (SM cycles). Tensor peak: 2048 f16 FMA per cycle per SM, at about 85%.
-// Decode: per stage each scheduler runs 2 consumer warps (2 * WM rows * 2 words of 8 elements
-// per thread) and 1 decoder warp (ceil(BN / 128) rows * 8 words), ~17 instructions per word at
-// ~1.5 cycles each (the integer pipe is half rate). Split-K partials move at about 48 B per cycle
-// per SM through L2 (each slice writes its tile, the last one reads the others).
+// Cost model (SM cycles per 64-K sub-stage), fitted to `dev_gemm_diag timing` on the H100:
+// tensor cycles at 2048 f16 FMA per cycle and ~78% of that at best (the m128n256 variant on
+// 8192³), or the consumers' issue-bound time when that is longer: ~1150 cycles with one m64
+// tile per warpgroup (it decodes 2 W rows per thread), ~2400 with two. Split-K partials move at
+// about 48 B per cycle per SM through L2 (each slice writes its tile, the last one reads the
+// others).
 const FMA_PER_CYCLE: f64 = 2048.0;
-const MMA_EFFICIENCY: f64 = 0.85;
-const DECODE_CYCLES_PER_WORD: f64 = 17.0 * 1.5;
+const MMA_EFFICIENCY: f64 = 0.78;
+const ISSUE_CYCLES_PER_MTILE: [f64; 2] = [1150.0, 2400.0];
 const UNIT_OVERHEAD_CYCLES: f64 = 2500.0;
 const PARTIAL_BYTES_PER_CYCLE: f64 = 48.0;
 
 fn cost(v: Variant, tiles: usize, split: usize, ips: usize, sms: usize) -> f64 {
     let mma = (v.bm * v.bn * BK) as f64 / FMA_PER_CYCLE / MMA_EFFICIENCY;
-    let words = 2 * (v.bm / 128) * 2 * 2 + v.bn.div_ceil(128) * 8;
-    let decode = words as f64 * DECODE_CYCLES_PER_WORD;
-    let stage = mma.max(decode) + 40.0;
+    let stage = mma.max(ISSUE_CYCLES_PER_MTILE[v.bm / 128 - 1]);
     let units = tiles * split;
     let grid = units.min(sms);
     let rounds = units.div_ceil(grid) as f64;
@@ -318,16 +327,14 @@ impl SfMode {
     }
 }
 
-/// Mirrors `struct GemmSm90Params` of gemm_sm90.cu field for field (640 bytes).
+/// Mirrors `struct GemmSm90Params` of gemm_sm90.cu field for field (512 bytes).
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct GemmSm90Params {
     tmap_w: TmaMap,
     tmap_x: TmaMap,
     tmap_sw: TmaMap,
-    tmap_sx: TmaMap,
     sf_w: u64,
-    sf_x: u64,
     c: u64,
     workspace: u64,
     counters: u64,
@@ -342,7 +349,6 @@ pub(crate) struct GemmSm90Params {
     k: i32,
     l: i32,
     w_sf_mode: i32,
-    x_sf_mode: i32,
     tiles_w: i32,
     tiles_x: i32,
     split: i32,
@@ -352,13 +358,30 @@ pub(crate) struct GemmSm90Params {
 }
 
 const _: () = {
-    assert!(std::mem::size_of::<GemmSm90Params>() == 640);
-    assert!(std::mem::offset_of!(GemmSm90Params, sf_w) == 512);
-    assert!(std::mem::offset_of!(GemmSm90Params, alpha) == 552);
-    assert!(std::mem::offset_of!(GemmSm90Params, c_stride_w) == 568);
-    assert!(std::mem::offset_of!(GemmSm90Params, w_rows) == 592);
-    assert!(std::mem::offset_of!(GemmSm90Params, units) == 636);
+    assert!(std::mem::size_of::<GemmSm90Params>() == 512);
+    assert!(std::mem::offset_of!(GemmSm90Params, sf_w) == 384);
+    assert!(std::mem::offset_of!(GemmSm90Params, alpha) == 416);
+    assert!(std::mem::offset_of!(GemmSm90Params, c_stride_w) == 432);
+    assert!(std::mem::offset_of!(GemmSm90Params, w_rows) == 456);
+    assert!(std::mem::offset_of!(GemmSm90Params, units) == 496);
 };
+
+/// Mirrors `struct XDecodeParams` of gemm_sm90.cu (3 pointers, 6 x i32; 48 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct XDecodeParams {
+    x: u64,
+    sf: u64,
+    out: u64,
+    rows: i32,
+    k: i32,
+    k64: i32,
+    l: i32,
+    blocked: i32,
+    pad: i32,
+}
+
+const _: () = assert!(std::mem::size_of::<XDecodeParams>() == 48);
 
 /// The f32 form of `alpha` when it is ± a power of two that f32 holds as a normal number: then
 /// `f32 sum * alpha` is exact and one f32 -> f16 rounding equals the reference's.
@@ -377,8 +400,12 @@ pub(crate) struct GemmSm90Launch {
     pub config: GemmSm90Config,
     func: CudaFunction,
     params: GemmSm90Params,
-    // Operands, split-K workspace and counters the params point into.
+    x_decode: CudaFunction,
+    x_params: XDecodeParams,
+    x_blocks: u32,
+    // Operands, decoded X, split-K workspace and counters the params point into.
     _buffers: Vec<CudaSlice<u8>>,
+    _x16: CudaSlice<u16>,
     _workspace: Option<(CudaSlice<f32>, CudaSlice<u32>)>,
 }
 
@@ -398,12 +425,30 @@ impl GemmSm90Launch {
         let config = choose_with(m, n, k, l, gpu.info().sms as usize, Forced::from_env());
         let v = config.variant;
         let func = function(v.symbol())?;
+        let x_decode = function(X_DECODE_SYMBOL)?;
         let (w, x): (&Nvfp4Tensor, &Nvfp4Tensor) = if config.swapped { (&p.b, &p.a) } else { (&p.a, &p.b) };
         let (w_rows, x_rows) = config.wx_rows();
 
         let mut buffers = Vec::new();
         let mut up = |bytes: &[u8]| gpu.upload_kept(bytes, &mut buffers);
         let (w_vals, w_sf, x_vals, x_sf) = (up(w.values())?, up(w.scales())?, up(x.values())?, up(x.scales())?);
+        // X decoded to f16, K padded to whole 64-element sub-stages.
+        let k64 = config.k_iters * BK;
+        let x16 = gpu.zeros::<u16>(l * x_rows * k64)?;
+        let x_params = XDecodeParams {
+            x: x_vals,
+            sf: x_sf,
+            out: gpu.addr(&x16),
+            rows: to_i32(x_rows, "X rows")?,
+            k: to_i32(k, "K")?,
+            k64: to_i32(k64, "K")?,
+            l: to_i32(l, "L")?,
+            blocked: i32::from(x.layout() == ScaleLayout::Blocked),
+            pad: 0,
+        };
+        // One pre-pass thread per 16-byte output chunk, 8 per 64-element group.
+        let x_blocks =
+            to_i32((l * x_rows * config.k_iters * 8).div_ceil(X_DECODE_THREADS as usize), "X decode blocks")?;
         let tiles_total = config.tiles.0 * config.tiles.1 * l;
         let workspace = if config.split > 1 {
             let ws = gpu.zeros::<f32>(tiles_total * config.split * v.bm * v.bn)?;
@@ -415,23 +460,19 @@ impl GemmSm90Launch {
         let (ws_addr, cnt_addr) = workspace.as_ref().map_or((0, 0), |(ws, cn)| (gpu.addr(ws), gpu.addr(cn)));
         // C is [L, M, N]: W rows step by N (or 1 when W = B), X rows by 1 (or N).
         let (c_stride_w, c_stride_x) = if config.swapped { (1, n as i64) } else { (n as i64, 1) };
-        let (w_mode, x_mode) = (SfMode::of(w.layout(), k), SfMode::of(x.layout(), k));
-        // Plain scales as [L, rows, K/16] boxes of 16 bytes (4 stages); unused otherwise.
+        let w_mode = SfMode::of(w.layout(), k);
+        // Plain W scales as [L, rows, K/16] boxes of 16 bytes (4 stages); unused otherwise.
         use dsys::CUtensorMapSwizzle::{CU_TENSOR_MAP_SWIZZLE_128B as SW128, CU_TENSOR_MAP_SWIZZLE_NONE as SW0};
-        let scale_map = |mode: SfMode, addr: u64, rows: usize, box_rows: usize| -> Result<TmaMap> {
-            match mode {
-                SfMode::Tma => tma_map(addr, rows, k / 16, l, (box_rows, 16), SW0),
-                _ => Ok(TmaMap([0; 16])),
-            }
+        let tmap_sw = match w_mode {
+            SfMode::Tma => tma_map(w_sf, w_rows, k / 16, l, (v.bm, 16), SW0)?,
+            _ => TmaMap([0; 16]),
         };
         let alpha = effective_alpha(p.alpha, &p.a, &p.b) as f64 * DECODE_BIAS;
         let params = GemmSm90Params {
             tmap_w: tma_map(w_vals, w_rows, k / 2, l, (v.bm, RAW_ROW_BYTES), SW128)?,
-            tmap_x: tma_map(x_vals, x_rows, k / 2, l, (v.bn, RAW_ROW_BYTES), SW128)?,
-            tmap_sw: scale_map(w_mode, w_sf, w_rows, v.bm)?,
-            tmap_sx: scale_map(x_mode, x_sf, x_rows, v.bn)?,
+            tmap_x: tma_map(gpu.addr(&x16), x_rows, k64 * 2, l, (v.bn, RAW_ROW_BYTES), SW128)?,
+            tmap_sw,
             sf_w: w_sf,
-            sf_x: x_sf,
             c: gpu.addr(c),
             workspace: ws_addr,
             counters: cnt_addr,
@@ -446,7 +487,6 @@ impl GemmSm90Launch {
             k: to_i32(k, "K")?,
             l: to_i32(l, "L")?,
             w_sf_mode: w_mode as i32,
-            x_sf_mode: x_mode as i32,
             tiles_w: to_i32(config.tiles.0, "W tiles")?,
             tiles_x: to_i32(config.tiles.1, "X tiles")?,
             split: to_i32(config.split, "split")?,
@@ -459,13 +499,32 @@ impl GemmSm90Launch {
             to_i32(v.smem_bytes(), "shared memory")?,
         )
         .map_err(cuda_err("setting the kernel's shared memory size"))?;
-        Ok(Self { config, func, params, _buffers: buffers, _workspace: workspace })
+        Ok(Self {
+            config,
+            func,
+            params,
+            x_decode,
+            x_params,
+            x_blocks: x_blocks as u32,
+            _buffers: buffers,
+            _x16: x16,
+            _workspace: workspace,
+        })
     }
 
-    /// Enqueues the kernel.
+    /// Enqueues the X pre-pass and the GEMM.
     pub fn launch(&self, gpu: &Gpu) -> Result<()> {
         let v = self.config.variant;
-        gpu.launch(&self.func, (self.config.grid as u32, 1, 1), (THREADS, 1, 1), v.smem_bytes() as u32, &self.params)
+        gpu.launch(&self.x_decode, (self.x_blocks, 1, 1), (X_DECODE_THREADS, 1, 1), 0, &self.x_params)?;
+        // The GEMM starts while the pre-pass runs (barrier setup, first W loads) and waits for
+        // it before its first X load.
+        gpu.launch_dependent(
+            &self.func,
+            (self.config.grid as u32, 1, 1),
+            (THREADS, 1, 1),
+            v.smem_bytes() as u32,
+            &self.params,
+        )
     }
 }
 
@@ -479,8 +538,10 @@ mod tests {
             assert!(v.smem_bytes() <= 232_448, "{v:?}: {}", v.smem_bytes());
             assert_eq!(v.symbol(), format!("gemm_nvfp4_sm90_ws_m{}n{}", v.bm, v.bn));
         }
-        // Mirrors Cfg<2, 128>: 1024 + 3 * 16384 + 3 * (49152 + 4096 + 2048) + (6 + 6) * 8 + 8.
-        assert_eq!(Variant { bm: 256, bn: 128 }.smem_bytes(), 1024 + 49152 + 165888 + 104);
+        // Mirrors Cfg<2, 128>: 4 W stages of 36 KB next to 5 X stages of 16 KB.
+        let v = Variant { bm: 256, bn: 128 };
+        assert_eq!((v.raw_stages(), v.x_stages()), (4, 5));
+        assert_eq!(v.smem_bytes(), 1024 + 5 * 16384 + 4 * (32768 + 4096) + (8 + 10) * 8 + 8);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{CudaFunction, CudaModule, CudaSlice};
 use half::f16;
 
-pub use compile::{kernel_reports, KernelReport, DEFAULT_ARCH};
+pub use compile::{kernel_reports, kernel_reports_to, KernelReport, DEFAULT_ARCH};
 pub use fallback::MmaConfig;
 pub use gemm::GemmSm90Config;
 pub use gemv::GemvConfig;

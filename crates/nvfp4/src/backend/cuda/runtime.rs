@@ -162,6 +162,44 @@ impl Gpu {
     }
 }
 
+impl Gpu {
+    /// [`Gpu::launch`] with programmatic dependent launch: the kernel may start while the
+    /// previous kernel on the stream still runs, and must execute `griddepcontrol.wait` before it
+    /// reads anything that kernel writes (the GEMM waits before loading the pre-pass's output).
+    pub fn launch_dependent<P: KernelParams>(
+        &self,
+        func: &CudaFunction,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        smem_bytes: u32,
+        params: &P,
+    ) -> Result<()> {
+        let mut args = [params as *const P as *mut c_void];
+        let mut attr = dsys::CUlaunchAttribute {
+            id: dsys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value: dsys::CUlaunchAttributeValue { programmaticStreamSerializationAllowed: 1 },
+        };
+        let config = dsys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block.0,
+            blockDimY: block.1,
+            blockDimZ: block.2,
+            sharedMemBytes: smem_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // SAFETY: as in `launch` for `params`; `config` and `attr` are live locals the driver
+        // reads during the call only.
+        unsafe { dsys::cuLaunchKernelEx(&config, func.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }
+            .result()
+            .map_err(cuda_err("launching a kernel"))
+    }
+}
+
 /// A kernel parameter struct passed by value.
 ///
 /// # Safety
@@ -175,10 +213,13 @@ unsafe impl KernelParams for super::gemv::GemvParams {}
 // SAFETY: `MmaParams` mirrors `struct MmaParams` of kernels/gemm_fallback.cu (u64, 2 x i32).
 unsafe impl KernelParams for super::fallback::MmaParams {}
 // SAFETY: `GemmSm90Params` is `#[repr(C, align(64))]` plain data laid out exactly as the kernel's
-// `GemmSm90Params` (four 128-byte tensor maps, 5 device addresses as u64, f64, f32, i32,
-// 3 x i64, 12 x i32; 640 bytes; the offsets are asserted above), and it is the kernel's only
+// `GemmSm90Params` (three 128-byte tensor maps, 4 device addresses as u64, f64, f32, i32,
+// 3 x i64, 11 x i32; 512 bytes; the offsets are asserted in gemm.rs), and it is the kernel's only
 // parameter.
 unsafe impl KernelParams for super::gemm::GemmSm90Params {}
+// SAFETY: `XDecodeParams` mirrors `struct XDecodeParams` of kernels/gemm_sm90.cu (3 device
+// addresses as u64, 6 x i32; 48 bytes, no padding), the pre-pass kernel's only parameter.
+unsafe impl KernelParams for super::gemm::XDecodeParams {}
 
 // ---- TMA descriptors --------------------------------------------------------------------------
 

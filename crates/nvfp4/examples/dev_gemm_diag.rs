@@ -1,0 +1,126 @@
+//! wgmma GEMM diagnostics for kernel work (a dev tool, not a test and not the benchmark; the
+//! numbers that count come from `nvfp4 bench`). Needs an NVIDIA GPU.
+//!
+//! `dev_gemm_diag timing [MxNxK=cfg,cfg ...]`  median/min µs per shape and forced configuration
+//!     (`auto` or an `NVFP4_GEMM_SM90` value such as `m128n128s2`), L2 flushed before each sample;
+//!     without arguments, the bench shapes and 4096³ with a few configurations each
+//! `dev_gemm_diag profile MxNxK [cfg]`         a few flushed launches of one shape, a target for ncu
+//! `dev_gemm_diag config MxNxK ...`            the heuristic's choice (no GPU needed)
+//!
+//! Every configuration is checked bit-exactly against the CPU reference before it is timed.
+
+use nvfp4::backend::cuda::{gemm, CudaBackend, Prepared};
+use nvfp4::check::{compare_outputs, Mode};
+use nvfp4::ops::Problem;
+use nvfp4::problem::{generate, Shape};
+use nvfp4::CpuBackend;
+
+const DEFAULT_CASES: [&str; 5] = [
+    "128x7168x16384=auto,m256n128s4,m128n128s2",
+    "128x4096x7168=auto,m256n128s8,m128n128s4",
+    "128x7168x2048=auto,m256n128s4,m128n128s2",
+    "128x7168x256=auto",
+    "4096x4096x4096=auto,m128n256,m128n128",
+];
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("timing") => timing(&args[1..]),
+        Some("profile") if args.len() >= 2 => profile(&args[1], args.get(2).map(String::as_str)),
+        Some("config") => {
+            for s in &args[1..] {
+                let (m, n, k) = parse_mnk(s);
+                println!("{}", gemm::choose(m, n, k, 1, 132));
+            }
+        }
+        _ => {
+            eprintln!("usage: dev_gemm_diag timing [MxNxK=cfg,...]... | profile MxNxK [cfg] | config MxNxK...");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn parse_mnk(s: &str) -> (usize, usize, usize) {
+    let v: Vec<usize> = s.split('x').map(|t| t.parse().expect("MxNxK")).collect();
+    assert_eq!(v.len(), 3, "shape {s}: want MxNxK");
+    (v[0], v[1], v[2])
+}
+
+fn gpu() -> CudaBackend {
+    CudaBackend::new().unwrap_or_else(|e| panic!("CUDA backend: {e}"))
+}
+
+/// Prepares `p` under a forced configuration (`auto`: the heuristic's) and checks it bit-exactly.
+fn prepare_checked(b: &CudaBackend, p: &Problem, reference: &nvfp4::ops::Output, cfg: &str) -> Prepared {
+    if cfg != "auto" {
+        std::env::set_var("NVFP4_GEMM_SM90", cfg);
+    }
+    let prep = b.prepare(p);
+    std::env::remove_var("NVFP4_GEMM_SM90");
+    let mut prep = prep.unwrap_or_else(|e| panic!("{cfg}: prepare: {e}"));
+    prep.poison().unwrap();
+    prep.launch().unwrap();
+    let report = compare_outputs(&prep.output().unwrap(), reference, Mode::BitExact);
+    assert!(report.passed(), "{cfg}: {report}");
+    prep
+}
+
+/// µs per launch, median and min over `samples`, L2 flushed by a 512 MB memset before each.
+fn time_flushed(b: &CudaBackend, prep: &mut Prepared, samples: usize) -> (f32, f32) {
+    let s = b.stream();
+    let mut flush = s.alloc_zeros::<u8>(512 << 20).unwrap();
+    let ctx = s.context();
+    let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let (e0, e1) = (ctx.new_event(flags).unwrap(), ctx.new_event(flags).unwrap());
+    prep.launch().unwrap();
+    let mut us: Vec<f32> = (0..samples)
+        .map(|_| {
+            s.memset_zeros(&mut flush).unwrap();
+            e0.record(s).unwrap();
+            prep.launch().unwrap();
+            e1.record(s).unwrap();
+            e0.elapsed_ms(&e1).unwrap() * 1e3
+        })
+        .collect();
+    us.sort_by(f32::total_cmp);
+    (us[us.len() / 2], us[0])
+}
+
+fn timing(args: &[String]) {
+    let b = gpu();
+    let cases: Vec<String> =
+        if args.is_empty() { DEFAULT_CASES.iter().map(|s| s.to_string()).collect() } else { args.to_vec() };
+    let mut rows = Vec::new();
+    for (i, case) in cases.iter().enumerate() {
+        let (shape, cfgs) = case.split_once('=').unwrap_or((case, "auto"));
+        let (m, n, k) = parse_mnk(shape);
+        let p = generate(&Shape::Gemm { m, n, k, l: 1 }, 700 + i as u64).unwrap();
+        let reference = p.run(&CpuBackend).unwrap();
+        for cfg in cfgs.split(',') {
+            let mut prep = prepare_checked(&b, &p, &reference, cfg);
+            let (med, min) = time_flushed(&b, &mut prep, 30);
+            let tflops = p.flops() / (med as f64 * 1e-6) / 1e12;
+            let row = format!(
+                "{m}x{n}x{k} {cfg:<11} {med:>8.2} us (min {min:>8.2}) {tflops:>6.1} TFLOP/s | {}",
+                prep.describe()
+            );
+            println!("{row}");
+            rows.push(row);
+        }
+    }
+    println!("\nGEMM sm90 timing (L2 flushed, median of 30):");
+    for r in rows {
+        println!("{r}");
+    }
+}
+
+fn profile(shape: &str, cfg: Option<&str>) {
+    let b = gpu();
+    let (m, n, k) = parse_mnk(shape);
+    let p = generate(&Shape::Gemm { m, n, k, l: 1 }, 700).unwrap();
+    let reference = p.run(&CpuBackend).unwrap();
+    let mut prep = prepare_checked(&b, &p, &reference, cfg.unwrap_or("auto"));
+    let (med, _) = time_flushed(&b, &mut prep, 5);
+    println!("{shape} {}: {med:.2} us | {}", cfg.unwrap_or("auto"), prep.describe());
+}
