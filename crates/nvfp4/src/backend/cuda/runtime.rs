@@ -152,17 +152,9 @@ impl Gpu {
         smem_bytes: u32,
         params: &P,
     ) -> Result<()> {
-        let mut args = [params as *const P as *mut c_void];
-        // SAFETY: `KernelParams` promises that P is the `#[repr(C)]` mirror of the kernel's only
-        // parameter (checked by the GPU tests), so the driver copies exactly the bytes the kernel
-        // reads. The device addresses inside P belong to buffers held by the caller's `Prepared`,
-        // which outlive the launch (all later frees and copies are ordered on this stream).
-        unsafe { dres::launch_kernel(func.cu_function(), grid, block, smem_bytes, self.stream.cu_stream(), &mut args) }
-            .map_err(cuda_err("launching a kernel"))
+        self.launch_ex(func, grid, block, smem_bytes, params, false)
     }
-}
 
-impl Gpu {
     /// [`Gpu::launch`] with programmatic dependent launch: the kernel may start while the
     /// previous kernel on the stream still runs, and must execute `griddepcontrol.wait` before it
     /// reads anything that kernel writes (the GEMM waits before loading the pre-pass's output).
@@ -173,6 +165,18 @@ impl Gpu {
         block: (u32, u32, u32),
         smem_bytes: u32,
         params: &P,
+    ) -> Result<()> {
+        self.launch_ex(func, grid, block, smem_bytes, params, true)
+    }
+
+    fn launch_ex<P: KernelParams>(
+        &self,
+        func: &CudaFunction,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        smem_bytes: u32,
+        params: &P,
+        dependent: bool,
     ) -> Result<()> {
         let mut args = [params as *const P as *mut c_void];
         let mut attr = dsys::CUlaunchAttribute {
@@ -190,10 +194,13 @@ impl Gpu {
             sharedMemBytes: smem_bytes,
             hStream: self.stream.cu_stream(),
             attrs: &mut attr,
-            numAttrs: 1,
+            numAttrs: u32::from(dependent),
         };
-        // SAFETY: as in `launch` for `params`; `config` and `attr` are live locals the driver
-        // reads during the call only.
+        // SAFETY: `KernelParams` promises that P is the `#[repr(C)]` mirror of the kernel's only
+        // parameter (checked by the GPU tests), so the driver copies exactly the bytes the kernel
+        // reads. The device addresses inside P belong to buffers held by the caller's `Prepared`,
+        // which outlive the launch (all later frees and copies are ordered on this stream).
+        // `config` and `attr` are live locals the driver reads during the call only.
         unsafe { dsys::cuLaunchKernelEx(&config, func.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }
             .result()
             .map_err(cuda_err("launching a kernel"))
