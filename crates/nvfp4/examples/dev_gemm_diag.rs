@@ -15,6 +15,9 @@ use nvfp4::ops::Problem;
 use nvfp4::problem::{generate, Shape};
 use nvfp4::CpuBackend;
 
+mod common;
+use common::{gpu, time_memset_flush};
+
 const DEFAULT_CASES: [&str; 5] = [
     "128x7168x16384=auto,m256n128s4,m128n128s2",
     "128x4096x7168=auto,m256n128s8,m128n128s4",
@@ -47,10 +50,6 @@ fn parse_mnk(s: &str) -> (usize, usize, usize) {
     (v[0], v[1], v[2])
 }
 
-fn gpu() -> CudaBackend {
-    CudaBackend::new().unwrap_or_else(|e| panic!("CUDA backend: {e}"))
-}
-
 /// Prepares `p` under a forced configuration (`auto`: the heuristic's) and checks it bit-exactly.
 fn prepare_checked(b: &CudaBackend, p: &Problem, reference: &nvfp4::ops::Output, cfg: &str) -> Prepared {
     if cfg != "auto" {
@@ -66,27 +65,6 @@ fn prepare_checked(b: &CudaBackend, p: &Problem, reference: &nvfp4::ops::Output,
     prep
 }
 
-/// µs per launch, median and min over `samples`, L2 flushed by a 512 MB memset before each.
-fn time_flushed(b: &CudaBackend, prep: &mut Prepared, samples: usize) -> (f32, f32) {
-    let s = b.stream();
-    let mut flush = s.alloc_zeros::<u8>(512 << 20).unwrap();
-    let ctx = s.context();
-    let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
-    let (e0, e1) = (ctx.new_event(flags).unwrap(), ctx.new_event(flags).unwrap());
-    prep.launch().unwrap();
-    let mut us: Vec<f32> = (0..samples)
-        .map(|_| {
-            s.memset_zeros(&mut flush).unwrap();
-            e0.record(s).unwrap();
-            prep.launch().unwrap();
-            e1.record(s).unwrap();
-            e0.elapsed_ms(&e1).unwrap() * 1e3
-        })
-        .collect();
-    us.sort_by(f32::total_cmp);
-    (us[us.len() / 2], us[0])
-}
-
 fn timing(args: &[String]) {
     let b = gpu();
     let cases: Vec<String> =
@@ -99,7 +77,7 @@ fn timing(args: &[String]) {
         let reference = p.run(&CpuBackend).unwrap();
         for cfg in cfgs.split(',') {
             let mut prep = prepare_checked(&b, &p, &reference, cfg);
-            let (med, min) = time_flushed(&b, &mut prep, 30);
+            let (med, min) = time_memset_flush(&b, &mut prep, 30);
             let tflops = p.flops() / (med as f64 * 1e-6) / 1e12;
             let row = format!(
                 "{m}x{n}x{k} {cfg:<11} {med:>8.2} us (min {min:>8.2}) {tflops:>6.1} TFLOP/s | {}",
@@ -121,6 +99,6 @@ fn profile(shape: &str, cfg: Option<&str>) {
     let p = generate(&Shape::Gemm { m, n, k, l: 1 }, 700).unwrap();
     let reference = p.run(&CpuBackend).unwrap();
     let mut prep = prepare_checked(&b, &p, &reference, cfg.unwrap_or("auto"));
-    let (med, _) = time_flushed(&b, &mut prep, 5);
+    let (med, _) = time_memset_flush(&b, &mut prep, 5);
     println!("{shape} {}: {med:.2} us | {}", cfg.unwrap_or("auto"), prep.describe());
 }

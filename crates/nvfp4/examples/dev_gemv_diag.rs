@@ -14,6 +14,9 @@ use nvfp4::ops::{Output, Problem};
 use nvfp4::problem::{bench_shapes, generate, ProblemKind};
 use nvfp4::CpuBackend;
 
+mod common;
+use common::{events, gpu, median, median_min, time_memset_flush};
+
 const LAYOUTS: [ScaleLayout; 2] = [ScaleLayout::Plain, ScaleLayout::Blocked];
 
 fn main() {
@@ -28,20 +31,11 @@ fn main() {
     }
 }
 
-fn gpu() -> CudaBackend {
-    CudaBackend::new().unwrap_or_else(|e| panic!("CUDA backend: {e}"))
-}
-
 /// Poison, launch, read back: an unwritten element stays NaN and fails the comparison.
 fn run_prepared(prep: &mut Prepared) -> Output {
     prep.poison().unwrap();
     prep.launch().unwrap();
     prep.output().unwrap()
-}
-
-fn median(v: &mut [f32]) -> f32 {
-    v.sort_by(f32::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Device-to-device copy bandwidth (bytes read + written per second), the GEMV's ceiling.
@@ -64,19 +58,8 @@ fn copy_bandwidth(b: &CudaBackend) -> f64 {
     2.0 * n as f64 / (median(&mut ms) as f64 * 1e-3)
 }
 
-fn events(b: &CudaBackend) -> (cudarc::driver::CudaEvent, cudarc::driver::CudaEvent) {
-    let ctx = b.stream().context();
-    let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
-    (ctx.new_event(flags).unwrap(), ctx.new_event(flags).unwrap())
-}
-
 /// L2 size of the H100/H200 (50/60 MB): input sets rotate over more than 3x this.
 const L2_BYTES: f64 = 60e6;
-
-fn median_min(mut us: Vec<f32>) -> (f32, f32) {
-    let min = us.iter().copied().fold(f32::INFINITY, f32::min);
-    (median(&mut us), min)
-}
 
 /// µs of one launch per sample, L2 cold by rotation: `preps` hold identical problems in distinct
 /// buffers totalling > 3x L2, launched round-robin, so no sample finds its inputs in L2 and no
@@ -92,26 +75,6 @@ fn time_rotating(b: &CudaBackend, preps: &mut [Prepared], samples: usize) -> (f3
         .map(|i| {
             e0.record(s).unwrap();
             preps[i % n].launch().unwrap();
-            e1.record(s).unwrap();
-            e0.elapsed_ms(&e1).unwrap() * 1e3
-        })
-        .collect();
-    median_min(us)
-}
-
-/// µs of one launch per sample, L2 flushed by a 512 MB memset before each sample (SPEC §7's
-/// "write larger than 2x L2"). NOTE: the memset leaves up to a whole L2 of dirty lines, whose
-/// write-back lands inside the timed kernel: up to ~L2 bytes of extra DRAM traffic.
-fn time_memset_flush(b: &CudaBackend, prep: &mut Prepared, samples: usize) -> (f32, f32) {
-    let s = b.stream();
-    let mut flush = s.alloc_zeros::<u8>(512 << 20).unwrap();
-    let (e0, e1) = events(b);
-    prep.launch().unwrap();
-    let us = (0..samples)
-        .map(|_| {
-            s.memset_zeros(&mut flush).unwrap();
-            e0.record(s).unwrap();
-            prep.launch().unwrap();
             e1.record(s).unwrap();
             e0.elapsed_ms(&e1).unwrap() * 1e3
         })

@@ -307,7 +307,7 @@ pub fn choose_with(m: usize, n: usize, k: usize, l: usize, sms: usize, forced: O
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(i32)]
 pub enum SfMode {
-    /// Plain layout with K % 256 != 0: global loads in the pipeline (correct, slower).
+    /// Plain layout with K % 256 != 0: byte loads by the producer warp (correct, slower).
     Direct = 0,
     /// Plain layout: a TMA box `[rows, 16 B]` per TMA stage (256 K elements).
     Tma = 1,
