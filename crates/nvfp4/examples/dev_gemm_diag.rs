@@ -6,6 +6,8 @@
 //!     without arguments, the bench shapes and 4096³ with a few configurations each
 //! `dev_gemm_diag profile MxNxK [cfg]`         a few flushed launches of one shape, a target for ncu
 //! `dev_gemm_diag config MxNxK ...`            the heuristic's choice (no GPU needed)
+//! `dev_gemm_diag soak MxNxK cfg SECONDS`      back-to-back launches (warm L2) for SECONDS, to
+//!     watch clocks and power from outside (`nvidia-smi --query-gpu=clocks.sm,power.draw -lms`)
 //!
 //! Every configuration is checked bit-exactly against the CPU reference before it is timed.
 
@@ -31,6 +33,7 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("timing") => timing(&args[1..]),
         Some("profile") if args.len() >= 2 => profile(&args[1], args.get(2).map(String::as_str)),
+        Some("soak") if args.len() >= 4 => soak(&args[1], &args[2], args[3].parse().expect("SECONDS")),
         Some("config") => {
             for s in &args[1..] {
                 let (m, n, k) = parse_mnk(s);
@@ -38,7 +41,10 @@ fn main() {
             }
         }
         _ => {
-            eprintln!("usage: dev_gemm_diag timing [MxNxK=cfg,...]... | profile MxNxK [cfg] | config MxNxK...");
+            eprintln!(
+                "usage: dev_gemm_diag timing [MxNxK=cfg,...]... | profile MxNxK [cfg] | config MxNxK... \
+                 | soak MxNxK cfg SECONDS"
+            );
             std::process::exit(2);
         }
     }
@@ -101,4 +107,23 @@ fn profile(shape: &str, cfg: Option<&str>) {
     let mut prep = prepare_checked(&b, &p, &reference, cfg.unwrap_or("auto"));
     let (med, _) = time_memset_flush(&b, &mut prep, 5);
     println!("{shape} {}: {med:.2} us | {}", cfg.unwrap_or("auto"), prep.describe());
+}
+
+fn soak(shape: &str, cfg: &str, seconds: f64) {
+    let b = gpu();
+    let (m, n, k) = parse_mnk(shape);
+    let p = generate(&Shape::Gemm { m, n, k, l: 1 }, 700).unwrap();
+    let reference = p.run(&CpuBackend).unwrap();
+    let mut prep = prepare_checked(&b, &p, &reference, cfg);
+    let start = std::time::Instant::now();
+    let mut launches = 0usize;
+    while start.elapsed().as_secs_f64() < seconds {
+        for _ in 0..200 {
+            prep.launch().unwrap();
+        }
+        b.stream().synchronize().unwrap();
+        launches += 200;
+    }
+    let us = start.elapsed().as_secs_f64() * 1e6 / launches as f64;
+    println!("{shape} {cfg}: {launches} back-to-back launches, {us:.2} us each | {}", prep.describe());
 }

@@ -30,11 +30,12 @@
 // cycles per row per SM and bounded an earlier version; every box here has 128-byte rows.
 // Scales: one 2 KB bulk copy per 128 rows for blocked scales (4 consecutive 512-byte column
 // groups), a tensor-map box [rows, 16 B] for plain scales (needs K % 256 == 0 for a 16-byte row
-// stride), or, for plain scales with other K, byte loads by the producer warp into the same
+// stride), or, for plain scales with other K, byte loads by the W producer warp into the same
 // [rows, 16 B] layout.
 //
 // Roles (384 threads, one CTA per SM, persistent over work units):
-// - warp 0, "producer": issues every TMA load (warps 1-3 only give their registers away);
+// - warp 0, "W producer": W's raw stages and their scales; lane 0 of warp 1, "X producer": the
+//   decoded X sub-stages (the rest of the warpgroup only gives its registers away);
 // - warpgroups 1, 2, "consumers": each owns WM m64 tiles of W; per sub-stage it decodes its W
 //   fragments one k16 step at a time and issues WM wgmma m64nBNk16 per step, up to 4 (WM = 1)
 //   or 2 (WM = 2) groups in flight (software pipeline), 4 steps per sub-stage.
@@ -52,7 +53,7 @@ struct alignas(64) TmaMap {
 
 // How W's scales reach shared memory.
 enum SfMode : i32 {
-  SF_DIRECT = 0,  // plain layout, K % 256 != 0: byte loads by the producer warp
+  SF_DIRECT = 0,  // plain layout, K % 256 != 0: byte loads by the W producer warp
   SF_TMA = 1,     // plain layout: a tensor-map box [rows, 16 B] per raw stage
   SF_BULK = 2,    // blocked layout: one 2 KB bulk copy per 128-row group per raw stage
 };
@@ -60,7 +61,7 @@ enum SfMode : i32 {
 // Mirrored by `GemmSm90Params` in backend/cuda/gemm.rs (#[repr(C, align(64))], same order).
 struct GemmSm90Params {
   TmaMap tmap_w;        // W values: 3-D (K/2 bytes, w_rows, L) u8, box (128 B, BM, 1)
-  TmaMap tmap_x;        // decoded X: 3-D (2 * K64 bytes, x_rows, L) f16, box (128 B, BN, 1)
+  TmaMap tmap_x;        // decoded X: 3-D (2 * K64 bytes, x_rows, L) f16, box (128 B, BN / cluster, 1)
   TmaMap tmap_sw;       // W plain scales: 3-D (K/16, w_rows, L) u8, box (16, BM, 1) (SF_TMA)
   const u8* sf_w;       // W scales: [L, w_rows, K/16] e4m3 (plain) or [L, R, C, 512] (blocked)
   u16* c;               // output f16
@@ -74,11 +75,13 @@ struct GemmSm90Params {
   i64 c_stride_l;       // elements between batches in c
   i32 w_rows, x_rows, k, l;
   i32 w_sf_mode;        // SfMode of W
-  i32 tiles_w, tiles_x;
-  i32 split;            // K slices per tile
+  i32 tiles_w, tiles_x;  // tiles_w: a multiple of cluster
+  i32 split;            // split-K: K slices per tile; stream-K: the most pieces of any tile
   i32 k_iters;          // 64-element stages in K, ceil(K / 64)
   i32 iters_per_split;  // stages per slice (every slice non-empty)
-  i32 units;            // tiles_w * tiles_x * l * split
+  i32 units;            // split-K: tile groups * split; stream-K: the tile groups
+  i32 stream_k;         // 1: stream-K (the grid shares all stages evenly), 0: split-K
+  i32 cluster;          // CTAs per cluster (1 or 2): a tile group, sharing X by TMA multicast
 };
 
 // Mirrored by `XDecodeParams` in backend/cuda/gemm.rs.
@@ -102,7 +105,8 @@ constexpr int SMEM_CAP = 232448;   // dynamic shared memory per block on sm_90
 constexpr int MIN_X_STAGES = 5;   // X ring depth reserved before the W ring takes the rest
 constexpr int MAX_RAW_STAGES = 8;
 constexpr int MAX_X_STAGES = 12;
-constexpr int PRODUCER_REGS = 80;
+constexpr int LAUNCH_REGS = 168;   // per thread at launch: 65536 / THREADS, down to a multiple of 8
+constexpr int PRODUCER_REGS = 88;
 constexpr int CONSUMER_REGS = 208;
 
 // Compile-time shape of one variant. Shared memory (from a 1024-aligned base):
@@ -137,7 +141,9 @@ struct Cfg {
   static_assert(SW_BYTES == (BM / 128) * SUB * SF_CHUNK, "blocked W chunks");
   static_assert(SMEM_BYTES <= SMEM_CAP, "shared memory per block");
   static_assert(WM * BN / 2 <= 128, "accumulator registers per thread");
-  static_assert(128 * (PRODUCER_REGS + 2 * CONSUMER_REGS) <= 65536, "register file");
+  // NOTE: setmaxnreg.inc takes registers only from those the CTA was launched with (THREADS *
+  // LAUNCH_REGS), not from the rest of the register file: a larger sum deadlocks the consumers.
+  static_assert(128 * (PRODUCER_REGS + 2 * CONSUMER_REGS) <= THREADS * LAUNCH_REGS, "register pool");
 };
 
 // Shared-memory addresses of one CTA.
@@ -157,41 +163,81 @@ struct Smem {
 // ---- scheduling: work units and the walk over their stages -------------------------------------
 
 struct Unit {
-  i32 tw, tx, l, split;  // W tile, X tile, batch, K slice
-  i32 tile;              // index of (tw, tx, l) for the split-K workspace and counters
-  i32 k0, k1;            // stages [k0, k1)
+  i32 tw, tx, l;      // W tile, X tile, batch
+  i32 tile;           // index of (tw, tx, l) for the split-K workspace and counters
+  i32 piece, pieces;  // this K piece of the tile, and how many the tile has
+  i32 k0, k1;         // stages [k0, k1)
 };
 
-NVFP4_DEVICE Unit unit_at(const GemmSm90Params& p, i32 u) {
+// Scheduling is per cluster ("slot"): the CTAs of a cluster walk the same units of a tile group
+// (cluster consecutive W tiles, one X tile, one batch) and differ only in their W tile, so they
+// load the same X sub-stages, each CTA half of it, multicast to both.
+NVFP4_DEVICE i32 slot_index(const GemmSm90Params& p) { return blockIdx.x / p.cluster; }
+NVFP4_DEVICE i32 slot_count(const GemmSm90Params& p) { return gridDim.x / p.cluster; }
+
+// Stream-K: slot c owns the global stages [first(c), first(c + 1)) of the tile groups' stages
+// laid end to end (group-major), an even share of the whole problem.
+NVFP4_DEVICE i64 stream_first(const GemmSm90Params& p, i64 c) {
+  return c * ((i64)p.units * p.k_iters) / slot_count(p);
+}
+// The slot whose share holds global stage i.
+NVFP4_DEVICE i32 stream_owner(const GemmSm90Params& p, i64 i) {
+  return (i32)(((i + 1) * slot_count(p) - 1) / ((i64)p.units * p.k_iters));
+}
+
+// The unit that starts at `u`: split-K, unit index u (group u / split, slice u % split); stream-K,
+// global stage u, up to the end of its group's K or of this slot's share `end`.
+NVFP4_DEVICE Unit unit_at(const GemmSm90Params& p, i64 u, i64 end) {
   Unit r;
-  r.split = u % p.split;
-  r.tile = u / p.split;
-  r.tw = r.tile % p.tiles_w;
-  r.tx = (r.tile / p.tiles_w) % p.tiles_x;
-  r.l = r.tile / (p.tiles_w * p.tiles_x);
-  r.k0 = r.split * p.iters_per_split;
-  r.k1 = min(p.k_iters, r.k0 + p.iters_per_split);
+  i32 group;
+  if (p.stream_k) {
+    group = (i32)(u / p.k_iters);
+    const i64 t0 = (i64)group * p.k_iters;
+    r.k0 = (i32)(u - t0);
+    r.k1 = (i32)min((i64)p.k_iters, end - t0);
+    const i32 owner0 = stream_owner(p, t0);
+    r.piece = slot_index(p) - owner0;
+    r.pieces = stream_owner(p, t0 + p.k_iters - 1) - owner0 + 1;
+  } else {
+    r.piece = (i32)(u % p.split);
+    group = (i32)(u / p.split);
+    r.pieces = p.split;
+    r.k0 = r.piece * p.iters_per_split;
+    r.k1 = min(p.k_iters, r.k0 + p.iters_per_split);
+  }
+  const i32 groups_w = p.tiles_w / p.cluster;
+  r.tw = (group % groups_w) * p.cluster + (i32)(blockIdx.x % p.cluster);
+  r.tx = (group / groups_w) % p.tiles_x;
+  r.l = group / (groups_w * p.tiles_x);
+  r.tile = (r.l * p.tiles_x + r.tx) * p.tiles_w + r.tw;
   return r;
 }
 
-// The sequence of (unit, stage) a CTA processes: units blockIdx.x, +gridDim.x, ...; both roles
-// walk the same sequence, so sub-stage number g means the same data everywhere.
+// The sequence of (unit, stage) a CTA processes: split-K, units slot, +slots, ...; stream-K, the
+// pieces of the groups its slot's share covers. Every role walks the same sequence, so sub-stage
+// number g means the same data everywhere (and in both CTAs of a cluster).
 struct Walk {
-  i32 u;
+  i64 u, end;  // the current unit's start (unit index or global stage), the end of the walk
   Unit cur;
   i32 kk;
   NVFP4_DEVICE void start(const GemmSm90Params& p) {
-    u = blockIdx.x;
-    if (u < p.units) {
-      cur = unit_at(p, u);
+    if (p.stream_k) {
+      u = stream_first(p, slot_index(p));
+      end = stream_first(p, slot_index(p) + 1);
+    } else {
+      u = slot_index(p);
+      end = p.units;
+    }
+    if (u < end) {
+      cur = unit_at(p, u, end);
       kk = cur.k0;
     }
   }
-  NVFP4_DEVICE bool valid(const GemmSm90Params& p) const { return u < p.units; }
+  NVFP4_DEVICE bool valid() const { return u < end; }
   NVFP4_DEVICE void next_unit(const GemmSm90Params& p) {
-    u += gridDim.x;
-    if (u < p.units) {
-      cur = unit_at(p, u);
+    u = p.stream_k ? (u / p.k_iters + 1) * p.k_iters : u + slot_count(p);
+    if (u < end) {
+      cur = unit_at(p, u, end);
       kk = cur.k0;
     }
   }
@@ -250,9 +296,9 @@ extern "C" __global__ void __launch_bounds__(256) decode_nvfp4_f16_sm90(const __
 
 namespace {
 
-// ---- producer warp: every TMA load --------------------------------------------------------------
+// ---- producers: every TMA load ----------------------------------------------------------------
 
-// Plain scales whose rows are not 16-byte aligned (K % 256 != 0): the producer warp copies raw
+// Plain scales whose rows are not 16-byte aligned (K % 256 != 0): the W producer warp copies raw
 // stage q's [BM, 16 B] with byte loads, zero past the operand's rows and K.
 template <class C>
 NVFP4_DEVICE void copy_scales_direct(const GemmSm90Params& p, u32 dst, i32 row0, i32 q, i32 l) {
@@ -281,7 +327,8 @@ NVFP4_DEVICE u32 issue_w_scales(const GemmSm90Params& p, bool count_only, u32 ds
   if (p.w_sf_mode != SF_BULK) return 0;
   const i32 sf_cols = p.k / 16;
   const i32 R = (p.w_rows + 127) / 128, Cg = (sf_cols + 3) / 4;  // 128-row groups, 4-block columns
-  const i32 g0 = row0 / 128, g1 = min(R, (row0 + C::BM + 127) / 128);
+  // A tile wholly past the rows (the padding tile of a CTA pair) has no scale groups.
+  const i32 g0 = row0 / 128, g1 = max(g0, min(R, (row0 + C::BM + 127) / 128));
   const u32 bytes = min(SUB, Cg - SUB * q) * SF_CHUNK;  // the K tail has fewer columns
   if (!count_only)
     for (i32 g = g0; g < g1; ++g)
@@ -290,44 +337,60 @@ NVFP4_DEVICE u32 issue_w_scales(const GemmSm90Params& p, bool count_only, u32 ds
   return (g1 - g0) * bytes;
 }
 
+// W producer (warp 0): raw stages as far ahead as the W ring allows.
+// NOTE: W and X have their own producer warps. One warp walking both rings in lockstep was held
+// back by the X ring (5 sub-stages ahead), so the 8-deep W ring never filled and the consumers
+// spent 29% of their stall samples waiting for W from DRAM (ncu, 128x7168x16384).
 template <class C>
-NVFP4_DEVICE void producer_role(const GemmSm90Params& p, const Smem<C>& sm) {
+NVFP4_DEVICE void producer_w(const GemmSm90Params& p, const Smem<C>& sm) {
   const bool leader = threadIdx.x == 0;
   const u64 pol_w = ptx::policy_evict_first();  // W is streamed once
-  const u64 pol_x = ptx::policy_evict_last();   // decoded X tiles are re-read by every W tile
   Walk w;
   w.start(p);
   u32 n = 0;  // raw stages opened
-  bool x_ready = false;  // the X pre-pass (the previous kernel) has completed
-  for (u32 g = 0; w.valid(p); ++g, w.advance(p)) {
+  for (; w.valid(); w.advance(p)) {
     const Unit& u = w.cur;
-    if (raw_opens(u, w.kk)) {
-      const u32 s = n % C::RAW_STAGES;
-      if (n >= (u32)C::RAW_STAGES) ptx::mbar_wait(sm.empty_w(s), ((n / C::RAW_STAGES) - 1) & 1);
-      const i32 q = w.kk / SUB, row0 = u.tw * C::BM;
-      if (p.w_sf_mode == SF_DIRECT) copy_scales_direct<C>(p, sm.sc_w(s), row0, q, u.l);
-      // full_w counts every producer lane: each releases its own scale stores (SF_DIRECT).
-      if (!leader) ptx::mbar_arrive(sm.full_w(s));
-      if (leader) {
-        const u32 sbytes = issue_w_scales<C>(p, true, sm.sc_w(s), sm.full_w(s), row0, q, u.l, pol_w);
-        ptx::mbar_arrive_expect_tx(sm.full_w(s), C::W_BYTES + sbytes);
-        issue_w_scales<C>(p, false, sm.sc_w(s), sm.full_w(s), row0, q, u.l, pol_w);
-        ptx::tma_load_3d(sm.raw_w(s), &p.tmap_w, sm.full_w(s), q * ROW_BYTES, row0, u.l, pol_w);
-      }
-      ++n;
-    }
-    const u32 xs = g % C::X_STAGES;
-    if (g >= (u32)C::X_STAGES) ptx::mbar_wait(sm.empty_x(xs), ((g / C::X_STAGES) - 1) & 1);
-    // NOTE: launched as a programmatic dependent of the X pre-pass: everything before this
-    // point (barrier setup, the first W stage) overlaps the pre-pass.
-    if (!x_ready) {
-      ptx::wait_prerequisites();
-      x_ready = true;
-    }
+    if (!raw_opens(u, w.kk)) continue;
+    const u32 s = n % C::RAW_STAGES;
+    if (n >= (u32)C::RAW_STAGES) ptx::mbar_wait(sm.empty_w(s), ((n / C::RAW_STAGES) - 1) & 1);
+    const i32 q = w.kk / SUB, row0 = u.tw * C::BM;
+    if (p.w_sf_mode == SF_DIRECT) copy_scales_direct<C>(p, sm.sc_w(s), row0, q, u.l);
+    // full_w counts every lane of this warp: each releases its own scale stores (SF_DIRECT).
+    if (!leader) ptx::mbar_arrive(sm.full_w(s));
     if (leader) {
-      ptx::mbar_arrive_expect_tx(sm.full_x(xs), C::X_BYTES);
-      ptx::tma_load_3d(sm.x(xs), &p.tmap_x, sm.full_x(xs), w.kk * ROW_BYTES, u.tx * C::BN, u.l, pol_x);
+      const u32 sbytes = issue_w_scales<C>(p, true, sm.sc_w(s), sm.full_w(s), row0, q, u.l, pol_w);
+      ptx::mbar_arrive_expect_tx(sm.full_w(s), C::W_BYTES + sbytes);
+      issue_w_scales<C>(p, false, sm.sc_w(s), sm.full_w(s), row0, q, u.l, pol_w);
+      ptx::tma_load_3d(sm.raw_w(s), &p.tmap_w, sm.full_w(s), q * ROW_BYTES, row0, u.l, pol_w);
     }
+    ++n;
+  }
+}
+
+// X producer (lane 0 of warp 1): one decoded-X sub-stage per k64 step. In a cluster of two, each
+// CTA loads half of the sub-stage's rows into both CTAs (TMA multicast), which halves the L2
+// reads of X; either CTA's full barrier expects the whole sub-stage.
+template <class C>
+NVFP4_DEVICE void producer_x(const GemmSm90Params& p, const Smem<C>& sm) {
+  const u64 pol_x = ptx::policy_evict_last();  // decoded X tiles are re-read by every W tile
+  const i32 rank = blockIdx.x % p.cluster, rows = C::BN / p.cluster;
+  const u32 part = (u32)rank * (C::X_BYTES / p.cluster);  // a multiple of 1024 B (swizzle atom)
+  // NOTE: launched as a programmatic dependent of the X pre-pass: the setup and the W producer's
+  // first stages overlap the pre-pass; X is read only after it has completed.
+  ptx::wait_prerequisites();
+  Walk w;
+  w.start(p);
+  for (u32 g = 0; w.valid(); ++g, w.advance(p)) {
+    const u32 xs = g % C::X_STAGES;
+    // The slot is free when the consumers of every CTA it is multicast to have released it.
+    if (g >= (u32)C::X_STAGES) ptx::mbar_wait(sm.empty_x(xs), ((g / C::X_STAGES) - 1) & 1);
+    ptx::mbar_arrive_expect_tx(sm.full_x(xs), C::X_BYTES);
+    const i32 row = w.cur.tx * C::BN + rank * rows;
+    if (p.cluster == 1)
+      ptx::tma_load_3d(sm.x(xs), &p.tmap_x, sm.full_x(xs), w.kk * ROW_BYTES, row, w.cur.l, pol_x);
+    else
+      ptx::tma_load_3d_multicast(sm.x(xs) + part, &p.tmap_x, sm.full_x(xs), w.kk * ROW_BYTES, row, w.cur.l,
+                                 (u16)((1u << p.cluster) - 1), pol_x);
   }
 }
 
@@ -345,6 +408,18 @@ struct Consumer {
 
   // Row (within the tile) of fragment row h of m-tile mt: the A-fragment rows lane / 4 (+8).
   NVFP4_DEVICE static int frag_row(int mt, int h) { return wg() * C::WM * 64 + mt * 64 + warp() * 16 + lane_() / 4 + 8 * h; }
+
+  // Hands X slot s back when `pred`: one arrival per warp (its wgmmas reading the slot have
+  // retired) on this CTA's empty barrier and, in a cluster, on the peer CTA's, whose producer
+  // multicasts into this CTA's slot too.
+  NVFP4_DEVICE static void release_x(const GemmSm90Params& p, const Smem<C>& sm, u32 s, bool pred) {
+    const bool lead = pred && lane_() == 0;
+    ptx::mbar_arrive_if(sm.empty_x(s), lead);
+    // NOTE: `&`, not `%`: cluster is 1 or 2, and a `%` by a runtime value is a division per
+    // sub-stage (~12% of the consumers' stall samples); the peer is this CTA without a cluster.
+    const u32 peer = (blockIdx.x & (p.cluster - 1)) ^ (p.cluster - 1);
+    ptx::mbar_arrive_cluster_if(ptx::map_shared_rank(sm.empty_x(s), peer), lead && p.cluster > 1);
+  }
 
   // One work unit's K range: acc = sum over its sub-stages. `g` and `n` are the CTA's running
   // sub-stage and raw-stage counts (the same numbering as the producer's walk).
@@ -422,7 +497,7 @@ struct Consumer {
         ptx::wgmma_wait<NBUF - 1>();
         // After step NBUF - 1's wait every group of the previous sub-stage has retired: its X
         // slot goes back to the producer.
-        if (j == NBUF - 1) ptx::mbar_arrive_if(sm.empty_x(prev_xs), has_prev);
+        if (j == NBUF - 1) release_x(p, sm, prev_xs, has_prev);
         u32(&f)[C::WM][4] = frag[j % NBUF];
 #pragma unroll
         for (int mt = 0; mt < C::WM; ++mt)
@@ -444,7 +519,7 @@ struct Consumer {
     for (int mt = 0; mt < C::WM; ++mt)
 #pragma unroll
       for (int i = 0; i < NACC; ++i) ptx::reg_fence(acc[mt][i]);
-    ptx::mbar_arrive_if(sm.empty_x(prev_xs), has_prev);
+    release_x(p, sm, prev_xs, has_prev);
   }
 
   // v * alpha rounded once to f16: in f32 when alpha is a power of two (the product is exact),
@@ -520,7 +595,7 @@ struct Consumer {
   }
 
   NVFP4_DEVICE void epilogue(const GemmSm90Params& p, const Smem<C>& sm, const Unit& un) {
-    if (p.split == 1) {
+    if (un.pieces == 1) {
       store_tile(p, un, acc);
       return;
     }
@@ -528,7 +603,7 @@ struct Consumer {
     constexpr int QUADS = C::WM * NACC / 4;
     constexpr i64 TILE_FLOATS = (i64)C::BM * C::BN;
     float* ws_tile = p.workspace + (i64)un.tile * p.split * TILE_FLOATS;
-    float* mine = ws_tile + un.split * TILE_FLOATS;
+    float* mine = ws_tile + un.piece * TILE_FLOATS;
 #pragma unroll
     for (int q = 0; q < QUADS; ++q) {
       const int mt = q / (NACC / 4), i = 4 * (q % (NACC / 4));
@@ -537,29 +612,46 @@ struct Consumer {
     __threadfence();
     ptx::named_barrier(1, 256);
     u32* flag = reinterpret_cast<u32*>(__cvta_shared_to_generic(sm.flag()));
-    if (ctid() == 0) *flag = atomicAdd(p.counters + un.tile, 1u) == (u32)p.split - 1;
+    if (ctid() == 0) *flag = atomicAdd(p.counters + un.tile, 1u) == (u32)un.pieces - 1;
     ptx::named_barrier(1, 256);
     if (!*flag) return;
-    // Last slice: sum all slices in slice order, whoever arrived last (deterministic), in place
-    // (quad q of acc is read as this slice's partial before it is overwritten by the sum).
+    // Last slice: sum all slices in slice order, whoever arrived last (deterministic), in place,
+    // CHUNK quads at a time (quad q of acc is read as this slice's partial before it is
+    // overwritten by the sum).
+    // NOTE: a slice's loads of a chunk are issued together: one dependent L2 round trip per quad
+    // and slice cost ~4.6 µs per slice of the tail (128x7168x2048: split 2 lost to split 1).
     __threadfence();
+    constexpr int CHUNK = C::WM * NACC <= 64 ? 8 : 1;  // with 128 accumulators, 2 spill
 #pragma unroll
-    for (int q = 0; q < QUADS; ++q) {
-      const int mt = q / (NACC / 4), i = 4 * (q % (NACC / 4));
-      float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int q0 = 0; q0 < QUADS; q0 += CHUNK) {
+      float4 sum[CHUNK];
+#pragma unroll
+      for (int c = 0; c < CHUNK; ++c) sum[c] = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 1
-      for (int sl = 0; sl < p.split; ++sl) {
-        const float4 v = sl == un.split ? make_float4(acc[mt][i], acc[mt][i + 1], acc[mt][i + 2], acc[mt][i + 3])
-                                        : ptx::ld_cg_v4(ws_tile + sl * TILE_FLOATS + (q * 256 + ctid()) * 4);
-        s.x += v.x;
-        s.y += v.y;
-        s.z += v.z;
-        s.w += v.w;
+      for (int sl = 0; sl < un.pieces; ++sl) {
+        float4 v[CHUNK];
+#pragma unroll
+        for (int c = 0; c < CHUNK; ++c) {
+          const int q = q0 + c, mt = q / (NACC / 4), i = 4 * (q % (NACC / 4));
+          v[c] = sl == un.piece ? make_float4(acc[mt][i], acc[mt][i + 1], acc[mt][i + 2], acc[mt][i + 3])
+                                : ptx::ld_cg_v4(ws_tile + sl * TILE_FLOATS + (q * 256 + ctid()) * 4);
+        }
+#pragma unroll
+        for (int c = 0; c < CHUNK; ++c) {
+          sum[c].x += v[c].x;
+          sum[c].y += v[c].y;
+          sum[c].z += v[c].z;
+          sum[c].w += v[c].w;
+        }
       }
-      acc[mt][i] = s.x;
-      acc[mt][i + 1] = s.y;
-      acc[mt][i + 2] = s.z;
-      acc[mt][i + 3] = s.w;
+#pragma unroll
+      for (int c = 0; c < CHUNK; ++c) {
+        const int q = q0 + c, mt = q / (NACC / 4), i = 4 * (q % (NACC / 4));
+        acc[mt][i] = sum[c].x;
+        acc[mt][i + 1] = sum[c].y;
+        acc[mt][i + 2] = sum[c].z;
+        acc[mt][i + 3] = sum[c].w;
+      }
     }
     store_tile(p, un, acc);
     if (ctid() == 0) p.counters[un.tile] = 0;
@@ -572,11 +664,11 @@ NVFP4_DEVICE void consumer_role(const GemmSm90Params& p, const Smem<C>& sm) {
   Walk walk;
   walk.start(p);
   u32 g = 0, n = 0;
-  for (; walk.valid(p); walk.next_unit(p)) {
+  for (; walk.valid(); walk.next_unit(p)) {
     cs.mainloop(p, sm, walk.cur, g, n);
     // NOTE: the unit is recomputed rather than kept: its fields would otherwise stay live across
     // the mainloop.
-    cs.epilogue(p, sm, unit_at(p, walk.u));
+    cs.epilogue(p, sm, unit_at(p, walk.u, walk.end));
   }
 }
 
@@ -595,21 +687,28 @@ NVFP4_DEVICE void gemm_sm90(const GemmSm90Params& p) {
     }
     for (int s = 0; s < C::X_STAGES; ++s) {
       ptx::mbar_init(sm.full_x(s), 1);
-      ptx::mbar_init(sm.empty_x(s), 256);
+      ptx::mbar_init(sm.empty_x(s), 8 * p.cluster);  // every consumer warp of the cluster
     }
     ptx::fence_mbar_init();
     ptx::prefetch_tensormap(&p.tmap_w);
     ptx::prefetch_tensormap(&p.tmap_x);
   }
-  __syncthreads();
+  // In a cluster, no CTA may multicast into (or arrive on) the other's barriers before they are
+  // initialised, nor exit while the other may still do so.
+  if (p.cluster > 1)
+    ptx::cluster_sync();
+  else
+    __syncthreads();
 
   if (threadIdx.x < 128) {
     ptx::setmaxnreg_dec<PRODUCER_REGS>();
-    if (threadIdx.x < 32) producer_role<C>(p, sm);
+    if (threadIdx.x < 32) producer_w<C>(p, sm);
+    else if (threadIdx.x == 32) producer_x<C>(p, sm);
   } else {
     ptx::setmaxnreg_inc<CONSUMER_REGS>();
     consumer_role<C>(p, sm);
   }
+  if (p.cluster > 1) ptx::cluster_sync();
 }
 
 }  // namespace

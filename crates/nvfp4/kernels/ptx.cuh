@@ -255,6 +255,17 @@ NVFP4_DEVICE void tma_load_3d(u32 dst, const void* tmap, u32 bar, i32 c0, i32 c1
       : "memory");
 }
 
+// tma_load_3d into the same shared-memory offset `dst` of every CTA of the cluster in `cta_mask`,
+// signalling the mbarrier at offset `bar` of each of them.
+NVFP4_DEVICE void tma_load_3d_multicast(u32 dst, const void* tmap, u32 bar, i32 c0, i32 c1, i32 c2, u16 cta_mask,
+                                        u64 policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      ".L2::cache_hint [%0], [%1, {%2, %3, %4}], [%5], %6, %7;" ::"r"(dst),
+      "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(cta_mask), "l"(policy)
+      : "memory");
+}
+
 // Copies `bytes` (a multiple of 16, 16-byte aligned both sides) from global `src` to shared
 // `dst`; completion is signalled as transaction bytes on mbarrier `bar`.
 NVFP4_DEVICE void bulk_load(u32 dst, const void* src, u32 bytes, u32 bar, u64 policy) {
@@ -284,6 +295,35 @@ NVFP4_DEVICE void fence_proxy_async_smem() { asm volatile("fence.proxy.async.sha
 // Named barrier `id` over `threads` threads (a multiple of 32); id 0 is __syncthreads.
 NVFP4_DEVICE void named_barrier(u32 id, u32 threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// ---- thread-block clusters ---------------------------------------------------------------------
+
+NVFP4_DEVICE u32 cluster_ctarank() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// Every thread of the cluster: arrive (release), then wait (acquire) for all the others.
+NVFP4_DEVICE void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+// The shared::cluster address of shared-memory offset `addr` in the cluster's CTA `rank`.
+NVFP4_DEVICE u32 map_shared_rank(u32 addr, u32 rank) {
+  u32 r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+// mbarrier_arrive on a barrier anywhere in the cluster (a mapa address), when `pred`; predicated,
+// not branched (see mbar_arrive_if). CTA-scope release: enough to hand back a buffer this thread
+// has finished reading. NOTE: .release.cluster costs a GPU-wide MEMBAR per arrival in SASS, which
+// halved the throughput of the paired GEMM.
+NVFP4_DEVICE void mbar_arrive_cluster_if(u32 cluster_bar, bool pred) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %1, 0;\n@p mbarrier.arrive.release.cta.shared::cluster.b64 _, [%0];\n}\n" ::"r"(
+          cluster_bar),
+      "r"((u32)pred)
+      : "memory");
 }
 
 template <u32 REGS>

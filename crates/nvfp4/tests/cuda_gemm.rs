@@ -7,7 +7,11 @@
 //! forced on edge shapes (ragged M/N, L > 1, K tails), random signed data with NaN scales and
 //! alpha (tolerance), and the small sweep the sanitizer runs (`gemm_sm90_sanitizer_sweep`).
 
-use nvfp4::backend::cuda::gemm::{self, Forced, VARIANTS};
+use nvfp4::backend::cuda::gemm::{
+    self, Forced,
+    Schedule::{Split, StreamK},
+    VARIANTS,
+};
 use nvfp4::backend::cuda::CudaBackend;
 use nvfp4::check::{compare_outputs, Mode};
 use nvfp4::format::{Nvfp4Tensor, ScaleLayout};
@@ -99,7 +103,7 @@ fn gemm_sm90_check_cases_bit_exact() {
     assert!(on_sm90 > 0);
 }
 
-/// Every variant, with automatic and forced splits, on shapes with ragged tiles in W and X,
+/// Every variant, with automatic and forced splits, stream-K and CTA pairs, on shapes with ragged tiles in W and X,
 /// L = 3, K not a multiple of the 64-element stage, and both orientations.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
@@ -110,18 +114,30 @@ fn gemm_sm90_every_variant_and_split() {
         let p = gemm_problem(m, n, k, l, 300 + si as u64);
         let reference = p.run(&CpuBackend).unwrap();
         for v in VARIANTS {
-            for split in [None, Some(1), Some(3), Some(7)] {
-                let name = match split {
-                    Some(s) => format!("m{}n{}s{s}", v.bm, v.bn),
-                    None => format!("m{}n{}", v.bm, v.bn),
+            let configs = [
+                (None, None),
+                (None, Some(Split(1))),
+                (None, Some(Split(3))),
+                (None, Some(Split(7))),
+                (Some(1), Some(StreamK)),
+                (Some(2), None),
+                (Some(2), Some(Split(3))),
+                (Some(2), Some(StreamK)),
+            ];
+            for (j, (cluster, schedule)) in configs.into_iter().enumerate() {
+                let c = cluster.map_or(String::new(), |c| format!("c{c}"));
+                let name = match schedule {
+                    Some(Split(s)) => format!("m{}n{}{c}s{s}", v.bm, v.bn),
+                    Some(StreamK) => format!("m{}n{}{c}sk", v.bm, v.bn),
+                    None => format!("m{}n{}{c}", v.bm, v.bn),
                 };
-                assert_eq!(Forced::parse(&name), Some(Forced::Config(v, split)));
-                let layout = LAYOUTS[(si + split.unwrap_or(0)) % 2];
+                assert_eq!(Forced::parse(&name), Some(Forced::Config(v, cluster, schedule)));
+                let layout = LAYOUTS[(si + j) % 2];
                 let what = format!("{m}x{n}x{k}x{l} {name} {layout:?}");
                 let cfg = with_forced(&name, || {
                     check_against(&b, &p.with_layout(layout), &reference, Mode::BitExact, 2, &what)
                 });
-                if split.is_none() {
+                if schedule.is_none() || schedule == Some(StreamK) || cluster == Some(2) {
                     println!("ok {what}: {cfg}");
                 }
             }
@@ -159,27 +175,28 @@ fn gemm_sm90_random_data_alpha_and_nan() {
     }
 }
 
-/// One small case on two variants (split-K, and two X rows per decoder thread): for racecheck,
-/// which is too slow for the whole sweep.
+/// One small case on four configurations (split-K, stream-K with one k-step per CTA, CTA pairs
+/// with a split, N = 256 in pairs): for racecheck, which is too slow for the whole sweep.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn gemm_sm90_racecheck_case() {
     let b = gpu();
     let p = gemm_problem(72, 300, 192, 1, 950);
-    for name in ["m256n64s2", "m128n256"] {
+    for name in ["m256n64s2", "m128n128sk", "m128n128c2s2", "m128n256c2"] {
         with_forced(name, || check(&b, &p, Mode::BitExact, 1, &format!("72x300x192 {name}")));
     }
 }
 
-/// Small shapes over every variant with a split, for compute-sanitizer memcheck.
+/// Small shapes over every variant with a split and with stream-K in CTA pairs, for
+/// compute-sanitizer memcheck.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn gemm_sm90_sanitizer_sweep() {
     let b = gpu();
     for (si, &(m, n, k, l)) in [(1, 7, 64, 1), (72, 40, 160, 2), (130, 257, 256, 1)].iter().enumerate() {
         let p = gemm_problem(m, n, k, l, 900 + si as u64);
-        for v in VARIANTS {
-            let name = format!("m{}n{}s2", v.bm, v.bn);
+        for (v, schedule) in VARIANTS.into_iter().flat_map(|v| [(v, "s2"), (v, "c2sk")]) {
+            let name = format!("m{}n{}{schedule}", v.bm, v.bn);
             let layout = LAYOUTS[si % 2];
             with_forced(&name, || {
                 check(&b, &p.with_layout(layout), Mode::BitExact, 2, &format!("{m}x{n}x{k}x{l} {name}"))

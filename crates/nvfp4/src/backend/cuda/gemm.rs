@@ -5,9 +5,10 @@
 //! side, `bm` rows per tile) and X decoded once per launch to an f16 copy by a pre-pass kernel,
 //! which the TMA loads as the wgmma's shared-memory operand (N side, `bn` rows per tile). The
 //! heuristic picks which GEMM operand is W (the larger one: for small M the weights B run on the
-//! M side), the tile variant and the split of K, from a small cost model of the SM (tensor-core
-//! cycles, decode issue cycles, L2 traffic of the f16 X tiles, waves, split-K fixup). It is
-//! deterministic and printable; `NVFP4_PRINT_CONFIG=1` prints it per launch.
+//! M side), the tile variant and how K is shared among CTAs (split-K or stream-K), from a small
+//! cost model of the SM (tensor-core cycles, decode issue cycles, waves, split-K fixup). CTA pairs
+//! that share X by TMA multicast exist as a forced option. The choice is deterministic and
+//! printable; `NVFP4_PRINT_CONFIG=1` prints it per launch.
 
 use std::fmt;
 
@@ -15,7 +16,7 @@ use cudarc::driver::sys as dsys;
 use cudarc::driver::{CudaFunction, CudaSlice};
 
 use super::compile::KernelModule;
-use super::runtime::{cuda_err, tma_map, Gpu, TmaMap};
+use super::runtime::{cuda_err, tma_map, Gpu, LaunchOptions, TmaMap};
 use crate::format::{Nvfp4Tensor, ScaleLayout};
 use crate::ops::{effective_alpha, Gemm};
 use crate::{Error, Result};
@@ -40,7 +41,8 @@ const X_DECODE_SYMBOL: &str = "decode_nvfp4_f16_sm90";
 /// Its threads per block (one thread per row and 64-element group).
 const X_DECODE_THREADS: u32 = 256;
 
-/// Threads per CTA: a producer warpgroup (one warp issues the TMA) and two consumer warpgroups.
+/// Threads per CTA: a producer warpgroup (a W warp and an X thread issue the TMA) and two consumer
+/// warpgroups.
 pub const THREADS: u32 = 384;
 /// K elements per sub-stage (one wgmma k16 per scale block); the cost model counts these.
 pub const BK: usize = 64;
@@ -105,14 +107,25 @@ impl Variant {
     }
 }
 
+/// How a configuration shares K among CTAs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Schedule {
+    /// Every tile in this many K slices, one work unit each, units dealt round-robin.
+    Split(usize),
+    /// Stream-K: the grid shares all tiles' k-steps evenly; a tile's pieces are summed by the CTA
+    /// that finishes last.
+    StreamK,
+}
+
 /// A forced choice from `NVFP4_GEMM_SM90` (tuning and tests): `off` sends every GEMM to the
-/// general kernel; `m256n64` forces a variant, `m256n64s3` a variant and a split.
+/// general kernel; `m256n64` forces a variant, then optionally `c1` or `c2` the cluster size, and
+/// `s3` a split or `sk` stream-K: `m128n128c2sk`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Forced {
     /// The wgmma kernel takes no problem.
     Off,
-    /// This variant, and this split if given and legal.
-    Config(Variant, Option<usize>),
+    /// This variant, and this cluster size and schedule if given and legal.
+    Config(Variant, Option<usize>, Option<Schedule>),
 }
 
 impl Forced {
@@ -122,11 +135,18 @@ impl Forced {
             return Some(Forced::Off);
         }
         let (name, split) = match s.split_once('s') {
-            Some((v, sp)) => (v, Some(sp.parse().ok()?)),
+            Some((v, "k")) => (v, Some(Schedule::StreamK)),
+            Some((v, sp)) => (v, Some(Schedule::Split(sp.parse().ok()?))),
             None => (s, None),
         };
+        let (name, cluster) = match name.split_once('c') {
+            Some((v, "1")) => (v, Some(1)),
+            Some((v, "2")) => (v, Some(2)),
+            Some(_) => return None,
+            None => (name, None),
+        };
         let v = VARIANTS.into_iter().find(|v| format!("m{}n{}", v.bm, v.bn) == name)?;
-        Some(Forced::Config(v, split))
+        Some(Forced::Config(v, cluster, split))
     }
 
     /// The value of `NVFP4_GEMM_SM90`, if set and valid (read on every call: tests change it).
@@ -163,13 +183,19 @@ pub struct GemmSm90Config {
     pub swapped: bool,
     /// Tiles along W and X.
     pub tiles: (usize, usize),
-    /// K slices per tile.
+    /// CTAs per cluster: 2 pairs W tiles that share each X sub-stage by TMA multicast.
+    pub cluster: usize,
+    /// Split-K or stream-K.
+    pub schedule: Schedule,
+    /// K slices per tile (split-K), or the most pieces of any tile (stream-K): the workspace's
+    /// partial tiles per tile.
     pub split: usize,
-    /// 64-element stages in K, and per slice.
+    /// 64-element stages in K, and per slice (split-K) or per CTA, rounded up (stream-K).
     pub k_iters: usize,
     /// See [`Self::k_iters`].
     pub iters_per_split: usize,
-    /// Work units (tiles x L x split) and persistent CTAs.
+    /// Work units (tile groups x split; stream-K: tile groups) and persistent CTAs; a tile group
+    /// is `cluster` W tiles of one X tile and batch.
     pub units: usize,
     /// See [`Self::units`].
     pub grid: usize,
@@ -195,8 +221,8 @@ impl fmt::Display for GemmSm90Config {
         let v = self.variant;
         write!(
             f,
-            "{} {m}x{n}x{k}x{l}: W = {}, tile {}x{}x{BK}, stages {}+{}, tiles {}x{}, split {} ({} of {} k-steps), \
-             {} units on {} CTAs x {THREADS}, smem {} B, est {:.1} kcycles",
+            "{} {m}x{n}x{k}x{l}: W = {}, tile {}x{}x{BK}, stages {}+{}, tiles {}x{}, cluster {}, {} {} ({} of {} \
+             k-steps), {} units on {} CTAs x {THREADS}, smem {} B, est {:.1} kcycles",
             v.symbol(),
             if self.swapped { "B (swap AB)" } else { "A" },
             v.bm,
@@ -205,6 +231,8 @@ impl fmt::Display for GemmSm90Config {
             v.x_stages(),
             self.tiles.0,
             self.tiles.1,
+            self.cluster,
+            if self.schedule == Schedule::StreamK { "stream-K, pieces <=" } else { "split" },
             self.split,
             self.iters_per_split,
             self.k_iters,
@@ -218,33 +246,58 @@ impl fmt::Display for GemmSm90Config {
 
 // Cost model (SM cycles per 64-K sub-stage), fitted to `dev_gemm_diag timing` on the H100:
 // tensor cycles at 2048 f16 FMA per cycle and ~78% of that at best (the m128n256 variant on
-// 8192³), or the consumers' issue-bound time when that is longer: ~1150 cycles with one m64
-// tile per warpgroup (it decodes 2 W rows per thread), ~2400 with two. Split-K partials move at
-// about 48 B per cycle per SM through L2 (each slice writes its tile, the last one reads the
-// others).
+// 8192³), or the consumers' issue- and latency-bound time when that is longer: ~950 cycles with
+// one m64 tile per warpgroup (it decodes 2 W rows per thread; 0.47 µs at 1.98 GHz), ~2400 with
+// two. Split-K partials move at about 48 B per cycle per SM through L2 (each slice writes its
+// tile, the last one reads the others).
 const FMA_PER_CYCLE: f64 = 2048.0;
 const MMA_EFFICIENCY: f64 = 0.78;
-const ISSUE_CYCLES_PER_MTILE: [f64; 2] = [1150.0, 2400.0];
+const ISSUE_CYCLES_PER_MTILE: [f64; 2] = [950.0, 2400.0];
 const UNIT_OVERHEAD_CYCLES: f64 = 2500.0;
 const PARTIAL_BYTES_PER_CYCLE: f64 = 48.0;
 
-fn cost(v: Variant, tiles: usize, split: usize, ips: usize, sms: usize) -> f64 {
+/// SM cycles per 64-K sub-stage of variant `v`.
+fn stage_cycles(v: Variant) -> f64 {
     let mma = (v.bm * v.bn * BK) as f64 / FMA_PER_CYCLE / MMA_EFFICIENCY;
-    let stage = mma.max(ISSUE_CYCLES_PER_MTILE[v.bm / 128 - 1]);
-    let units = tiles * split;
-    let grid = units.min(sms);
-    let rounds = units.div_ceil(grid) as f64;
-    let tile_bytes = (v.bm * v.bn * 4) as f64;
-    let fixup = if split > 1 { split as f64 * tile_bytes / PARTIAL_BYTES_PER_CYCLE } else { 0.0 };
-    rounds * (ips as f64 * stage + UNIT_OVERHEAD_CYCLES) + fixup
+    mma.max(ISSUE_CYCLES_PER_MTILE[v.bm / 128 - 1])
 }
 
-/// Picks orientation, variant and split for (M, N, K, L) on `sms` SMs. Deterministic.
+/// Split-K: `units` units of `ips` sub-stages dealt round-robin over `slots` cluster slots.
+fn cost_split(v: Variant, units: usize, split: usize, ips: usize, slots: usize) -> f64 {
+    let rounds = units.div_ceil(units.min(slots)) as f64;
+    let tile_bytes = (v.bm * v.bn * 4) as f64;
+    let fixup = if split > 1 { split as f64 * tile_bytes / PARTIAL_BYTES_PER_CYCLE } else { 0.0 };
+    rounds * (ips as f64 * stage_cycles(v) + UNIT_OVERHEAD_CYCLES) + fixup
+}
+
+/// Stream-K over `slots` cluster slots: the slot with the largest share, its pieces' overheads,
+/// and the fixup of the tiles split into `pieces` (at most).
+fn cost_stream(v: Variant, groups: usize, k_iters: usize, slots: usize, pieces: usize) -> f64 {
+    let share = (groups * k_iters).div_ceil(slots);
+    let units_per_slot = share.div_ceil(k_iters) + 1;
+    let tile_bytes = (v.bm * v.bn * 4) as f64;
+    let fixup = if pieces > 1 { pieces as f64 * tile_bytes / PARTIAL_BYTES_PER_CYCLE } else { 0.0 };
+    share as f64 * stage_cycles(v) + units_per_slot as f64 * UNIT_OVERHEAD_CYCLES + fixup
+}
+
+/// Stream-K's slots for `groups` tile groups of `k_iters` stages on `slots` cluster slots (every
+/// slot non-empty), and the most pieces any group is cut into (mirrors `stream_owner` of the
+/// kernel).
+pub fn stream_k_shape(groups: usize, k_iters: usize, slots: usize) -> (usize, usize) {
+    let total = groups * k_iters;
+    // At least 1/8 of a tile per slot keeps a tile's pieces (partials in the workspace) few.
+    let slots = slots.min(total).min(groups * 8);
+    let owner = |i: usize| ((i + 1) * slots - 1) / total;
+    let pieces = (0..groups).map(|t| owner((t + 1) * k_iters - 1) - owner(t * k_iters) + 1).max().unwrap_or(1);
+    (slots, pieces)
+}
+
+/// Picks orientation, variant, cluster and schedule for (M, N, K, L) on `sms` SMs. Deterministic.
 pub fn choose(m: usize, n: usize, k: usize, l: usize, sms: usize) -> GemmSm90Config {
     choose_with(m, n, k, l, sms, None)
 }
 
-/// [`choose`] restricted to a forced variant (and split, when legal).
+/// [`choose`] restricted to a forced variant (and cluster and schedule, when legal).
 pub fn choose_with(m: usize, n: usize, k: usize, l: usize, sms: usize, forced: Option<Forced>) -> GemmSm90Config {
     // The larger operand runs on the wgmma M side (decoded once per X tile, in registers); the
     // smaller one is decoded into shared memory once per W tile.
@@ -252,9 +305,14 @@ pub fn choose_with(m: usize, n: usize, k: usize, l: usize, sms: usize, forced: O
     let (w_rows, x_rows) = if swapped { (n, m) } else { (m, n) };
     let k_iters = k.div_ceil(BK);
     let mut best: Option<GemmSm90Config> = None;
-    let (only, forced_split) = match forced {
-        Some(Forced::Config(v, s)) => (Some(v), s),
-        _ => (None, None),
+    let (only, forced_cluster, forced_schedule) = match forced {
+        Some(Forced::Config(v, c, s)) => (Some(v), c, s),
+        _ => (None, None, None),
+    };
+    let mut consider = |c: GemmSm90Config| {
+        if best.as_ref().is_none_or(|b| c.est_cycles < b.est_cycles) {
+            best = Some(c);
+        }
     };
     for v in VARIANTS {
         // Skip X tiles much wider than the X operand (a smaller variant covers it).
@@ -262,44 +320,67 @@ pub fn choose_with(m: usize, n: usize, k: usize, l: usize, sms: usize, forced: O
         if only.map_or(too_wide, |o| o != v) {
             continue;
         }
-        let tiles = w_rows.div_ceil(v.bm) * x_rows.div_ceil(v.bn) * l;
-        for split in 1..=MAX_SPLIT.min(k_iters) {
-            // Slices start on TMA-stage boundaries (4 sub-stages) when that keeps them all
-            // non-empty: a slice starting inside one loads sub-stages it does not use.
-            let even = k_iters.div_ceil(split);
-            let aligned = even.next_multiple_of(4);
-            let ips = if (split - 1) * aligned < k_iters { aligned } else { even };
-            // Every slice must be non-empty, and split-K only to fill idle SMs.
-            let legal = (split - 1) * ips < k_iters;
-            let wanted = match forced_split {
-                Some(f) => f == split,
-                None => split == 1 || tiles * split <= sms,
-            };
-            if !legal || !wanted {
+        for cluster in [1, 2] {
+            let tiles_w = w_rows.div_ceil(v.bm);
+            // Pairs need two W tiles, and the X tile's rows split evenly in 8-row swizzle groups.
+            // NOTE: pairs only when forced: halving the L2 reads of X measured no faster on the
+            // H100 (the bench shapes are not L2-bound); they stay for other GPUs and kernels.
+            let paired_ok = tiles_w >= 2 && v.bn % 16 == 0 && forced_cluster == Some(2);
+            if forced_cluster.is_some_and(|c| c != cluster) || (cluster > 1 && !paired_ok) {
                 continue;
             }
-            let est = cost(v, tiles, split, ips, sms);
-            if best.as_ref().is_none_or(|b| est < b.est_cycles) {
-                let units = tiles * split;
-                best = Some(GemmSm90Config {
-                    variant: v,
-                    mnkl: (m, n, k, l),
-                    swapped,
-                    tiles: (w_rows.div_ceil(v.bm), x_rows.div_ceil(v.bn)),
-                    split,
-                    k_iters,
-                    iters_per_split: ips,
-                    units,
-                    grid: units.min(sms),
-                    est_cycles: est,
-                });
+            let tiles_wx = (tiles_w.next_multiple_of(cluster), x_rows.div_ceil(v.bn));
+            let groups = tiles_wx.0 / cluster * tiles_wx.1 * l;
+            let slots = sms / cluster;
+            let config = |schedule, split, iters_per_split, units, slots: usize, est: f64| GemmSm90Config {
+                variant: v,
+                mnkl: (m, n, k, l),
+                swapped,
+                tiles: tiles_wx,
+                cluster,
+                schedule,
+                split,
+                k_iters,
+                iters_per_split,
+                units,
+                grid: slots * cluster,
+                est_cycles: est,
+            };
+            for split in 1..=MAX_SPLIT.min(k_iters) {
+                // Slices start on TMA-stage boundaries (4 sub-stages) when that keeps them all
+                // non-empty: a slice starting inside one loads sub-stages it does not use.
+                let even = k_iters.div_ceil(split);
+                let aligned = even.next_multiple_of(4);
+                let ips = if (split - 1) * aligned < k_iters { aligned } else { even };
+                // Every slice must be non-empty, and split-K only to fill idle SMs.
+                let legal = (split - 1) * ips < k_iters;
+                let wanted = match forced_schedule {
+                    Some(f) => f == Schedule::Split(split),
+                    None => split == 1 || groups * split <= slots,
+                };
+                if legal && wanted {
+                    let units = groups * split;
+                    let est = cost_split(v, units, split, ips, slots);
+                    consider(config(Schedule::Split(split), split, ips, units, units.min(slots), est));
+                }
+            }
+            // Stream-K for a single partial wave of tile groups (its workspace holds every split
+            // tile), unforced only for tiles of at most 128x128: larger ones sum their pieces one
+            // quad at a time (registers) and measured slower than split-K.
+            let (stream_slots, pieces) = stream_k_shape(groups, k_iters, slots);
+            let wanted = forced_schedule.map_or(v.bm * v.bn <= 128 * 128, |f| f == Schedule::StreamK);
+            if wanted && groups < slots && pieces > 1 && pieces <= MAX_SPLIT {
+                let est = cost_stream(v, groups, k_iters, stream_slots, pieces);
+                let ips = (groups * k_iters).div_ceil(stream_slots);
+                consider(config(Schedule::StreamK, pieces, ips, groups, stream_slots, est));
             }
         }
     }
     match best {
         Some(b) => b,
-        // A forced split that is not legal for this shape: the forced variant's best split.
-        None => choose_with(m, n, k, l, sms, only.map(|v| Forced::Config(v, None))),
+        // A forced cluster or schedule that is not legal for this shape: the forced variant's
+        // best configuration.
+        None => choose_with(m, n, k, l, sms, only.map(|v| Forced::Config(v, None, None))),
     }
 }
 
@@ -307,7 +388,7 @@ pub fn choose_with(m: usize, n: usize, k: usize, l: usize, sms: usize, forced: O
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(i32)]
 pub enum SfMode {
-    /// Plain layout with K % 256 != 0: byte loads by the producer warp (correct, slower).
+    /// Plain layout with K % 256 != 0: byte loads by the W producer warp (correct, slower).
     Direct = 0,
     /// Plain layout: a TMA box `[rows, 16 B]` per TMA stage (256 K elements).
     Tma = 1,
@@ -355,6 +436,8 @@ pub(crate) struct GemmSm90Params {
     k_iters: i32,
     iters_per_split: i32,
     units: i32,
+    stream_k: i32,
+    cluster: i32,
 }
 
 const _: () = {
@@ -364,6 +447,7 @@ const _: () = {
     assert!(std::mem::offset_of!(GemmSm90Params, c_stride_w) == 432);
     assert!(std::mem::offset_of!(GemmSm90Params, w_rows) == 456);
     assert!(std::mem::offset_of!(GemmSm90Params, units) == 496);
+    assert!(std::mem::offset_of!(GemmSm90Params, stream_k) == 500);
 };
 
 /// Mirrors `struct XDecodeParams` of gemm_sm90.cu (3 pointers, 6 x i32; 48 bytes).
@@ -422,10 +506,24 @@ impl GemmSm90Launch {
             return Err(Error::Unsupported { backend: "cuda".into(), what: format!("gemm_sm90: {why}") });
         }
         let (m, n, k, l) = p.mnkl();
-        let config = choose_with(m, n, k, l, gpu.info().sms as usize, Forced::from_env());
+        let sms = gpu.info().sms as usize;
+        let mut config = choose_with(m, n, k, l, sms, Forced::from_env());
         let v = config.variant;
         let func = function(v.symbol())?;
         let x_decode = function(X_DECODE_SYMBOL)?;
+        func.set_attribute(
+            dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            to_i32(v.smem_bytes(), "shared memory")?,
+        )
+        .map_err(cuda_err("setting the kernel's shared memory size"))?;
+        // The schedule assumes every cluster of the grid runs at once (sms / 2 pairs); where the
+        // GPU holds fewer, unpaired CTAs instead.
+        if config.cluster > 1 {
+            let fit = gpu.max_active_clusters(&func, (THREADS, 1, 1), v.smem_bytes() as u32, config.cluster as u32)?;
+            if (fit as usize) * config.cluster < config.grid {
+                config = choose_with(m, n, k, l, sms, Some(Forced::Config(v, Some(1), None)));
+            }
+        }
         let (w, x): (&Nvfp4Tensor, &Nvfp4Tensor) = if config.swapped { (&p.b, &p.a) } else { (&p.a, &p.b) };
         let (w_rows, x_rows) = config.wx_rows();
 
@@ -470,7 +568,8 @@ impl GemmSm90Launch {
         let alpha = effective_alpha(p.alpha, &p.a, &p.b) as f64 * DECODE_BIAS;
         let params = GemmSm90Params {
             tmap_w: tma_map(w_vals, w_rows, k / 2, l, (v.bm, RAW_ROW_BYTES), SW128)?,
-            tmap_x: tma_map(gpu.addr(&x16), x_rows, k64 * 2, l, (v.bn, RAW_ROW_BYTES), SW128)?,
+            // In a cluster each CTA loads 1/cluster of the X tile's rows (multicast to all).
+            tmap_x: tma_map(gpu.addr(&x16), x_rows, k64 * 2, l, (v.bn / config.cluster, RAW_ROW_BYTES), SW128)?,
             tmap_sw,
             sf_w: w_sf,
             c: gpu.addr(c),
@@ -493,12 +592,9 @@ impl GemmSm90Launch {
             k_iters: to_i32(config.k_iters, "k steps")?,
             iters_per_split: to_i32(config.iters_per_split, "k steps per split")?,
             units: to_i32(config.units, "units")?,
+            stream_k: i32::from(config.schedule == Schedule::StreamK),
+            cluster: to_i32(config.cluster, "cluster")?,
         };
-        func.set_attribute(
-            dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            to_i32(v.smem_bytes(), "shared memory")?,
-        )
-        .map_err(cuda_err("setting the kernel's shared memory size"))?;
         Ok(Self {
             config,
             func,
@@ -518,12 +614,14 @@ impl GemmSm90Launch {
         gpu.launch(&self.x_decode, (self.x_blocks, 1, 1), (X_DECODE_THREADS, 1, 1), 0, &self.x_params)?;
         // The GEMM starts while the pre-pass runs (barrier setup, first W loads) and waits for
         // it before its first X load.
-        gpu.launch_dependent(
+        let options = LaunchOptions { dependent: true, cluster_x: self.config.cluster as u32 };
+        gpu.launch_with(
             &self.func,
             (self.config.grid as u32, 1, 1),
             (THREADS, 1, 1),
             v.smem_bytes() as u32,
             &self.params,
+            options,
         )
     }
 }
@@ -558,8 +656,18 @@ mod tests {
             let c = choose(m, n, k, l, 132);
             assert_eq!(c, choose(m, n, k, l, 132));
             assert!(c.grid <= 132 && c.grid >= 1);
-            assert!((c.split - 1) * c.iters_per_split < c.k_iters, "{c}");
-            assert!(c.split == 1 || c.units <= 132, "{c}");
+            assert!(c.grid.is_multiple_of(c.cluster) && c.tiles.0.is_multiple_of(c.cluster), "{c}");
+            let slots = 132 / c.cluster;
+            match c.schedule {
+                Schedule::Split(split) => {
+                    assert_eq!(split, c.split);
+                    assert!((c.split - 1) * c.iters_per_split < c.k_iters, "{c}");
+                    assert!(c.split == 1 || c.units <= slots, "{c}");
+                }
+                Schedule::StreamK => {
+                    assert!(c.units < slots && c.grid / c.cluster <= c.units * c.k_iters, "{c}")
+                }
+            }
             let (w, x) = c.wx_rows();
             assert!(w >= x, "{c}");
         }
@@ -585,15 +693,72 @@ mod tests {
     fn forced_configs() {
         assert_eq!(Forced::parse("off"), Some(Forced::Off));
         let v = Variant { bm: 256, bn: 64 };
-        assert_eq!(Forced::parse("m256n64"), Some(Forced::Config(v, None)));
-        assert_eq!(Forced::parse("m256n64s3"), Some(Forced::Config(v, Some(3))));
+        assert_eq!(Forced::parse("m256n64"), Some(Forced::Config(v, None, None)));
+        assert_eq!(Forced::parse("m256n64s3"), Some(Forced::Config(v, None, Some(Schedule::Split(3)))));
+        assert_eq!(Forced::parse("m256n64sk"), Some(Forced::Config(v, None, Some(Schedule::StreamK))));
+        assert_eq!(Forced::parse("m256n64c2"), Some(Forced::Config(v, Some(2), None)));
+        assert_eq!(Forced::parse("m256n64c1s3"), Some(Forced::Config(v, Some(1), Some(Schedule::Split(3)))));
+        assert_eq!(Forced::parse("m256n64c2sk"), Some(Forced::Config(v, Some(2), Some(Schedule::StreamK))));
+        assert_eq!(Forced::parse("m256n64sx"), None);
+        assert_eq!(Forced::parse("m256n64c3"), None);
         assert_eq!(Forced::parse("m100n64"), None);
-        let c = choose_with(128, 4096, 7168, 1, 132, Some(Forced::Config(v, Some(3))));
-        assert_eq!((c.variant, c.split), (v, 3));
+        let c = choose_with(128, 4096, 7168, 1, 132, Some(Forced::Config(v, Some(1), Some(Schedule::Split(3)))));
+        assert_eq!((c.variant, c.cluster, c.schedule, c.split), (v, 1, Schedule::Split(3), 3));
+        let c = choose_with(128, 4096, 7168, 1, 132, Some(Forced::Config(v, Some(1), Some(Schedule::StreamK))));
+        assert_eq!((c.variant, c.schedule, c.grid), (v, Schedule::StreamK, 132));
+        // Pairs: 16 x 2 tiles make 16 groups; stream-K over the 66 pair slots.
+        let c = choose_with(128, 4096, 7168, 1, 132, Some(Forced::Config(v, Some(2), Some(Schedule::StreamK))));
+        assert_eq!((c.cluster, c.units, c.grid), (2, 16, 132), "{c}");
+        // One W tile cannot pair: the variant's best unpaired configuration instead.
+        let c = choose_with(128, 200, 256, 1, 132, Some(Forced::Config(v, Some(2), None)));
+        assert_eq!((c.variant, c.cluster), (v, 1));
         // Split 16 of 4 k-steps is not legal: the variant's own best split instead.
-        let c = choose_with(128, 4096, 256, 1, 132, Some(Forced::Config(v, Some(16))));
+        let c = choose_with(128, 4096, 256, 1, 132, Some(Forced::Config(v, None, Some(Schedule::Split(16)))));
         assert_eq!(c.variant, v);
         assert!((c.split - 1) * c.iters_per_split < c.k_iters);
+    }
+
+    /// The kernel's stream-K walk, replayed on the host: every CTA gets a non-empty share, every
+    /// k-step of every tile is covered once, and the piece counts match `stream_k_shape`.
+    #[test]
+    fn stream_k_shares_cover_every_stage_once() {
+        for &(tiles, k_iters, sms) in &[
+            (56, 256, 132),
+            (32, 112, 132),
+            (56, 32, 132),
+            (1, 1, 132),
+            (3, 5, 132),
+            (131, 2, 132),
+            (3, 64, 132),
+            (9, 3, 132),
+        ] {
+            let (grid, pieces) = stream_k_shape(tiles, k_iters, sms);
+            let total = tiles * k_iters;
+            assert_eq!(grid, sms.min(total).min(tiles * 8));
+            assert!(pieces <= 10);
+            let first = |c: usize| c * total / grid;
+            let mut seen = vec![0u32; total];
+            let mut per_tile = vec![Vec::new(); tiles];
+            for c in 0..grid {
+                assert!(first(c) < first(c + 1), "CTA {c} of {grid} has no stage");
+                let mut u = first(c);
+                while u < first(c + 1) {
+                    let t = u / k_iters;
+                    let k1 = (t * k_iters + k_iters).min(first(c + 1));
+                    (u..k1).for_each(|i| seen[i] += 1);
+                    per_tile[t].push(c);
+                    u = k1;
+                }
+            }
+            assert!(seen.iter().all(|&x| x == 1));
+            let owner = |i: usize| ((i + 1) * grid - 1) / total;
+            for (t, ctas) in per_tile.iter().enumerate() {
+                let lo = owner(t * k_iters);
+                let expect: Vec<usize> = (lo..=owner(t * k_iters + k_iters - 1)).collect();
+                assert_eq!(*ctas, expect, "tile {t}");
+            }
+            assert_eq!(pieces, per_tile.iter().map(Vec::len).max().unwrap());
+        }
     }
 
     #[test]

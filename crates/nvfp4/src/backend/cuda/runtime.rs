@@ -152,58 +152,107 @@ impl Gpu {
         smem_bytes: u32,
         params: &P,
     ) -> Result<()> {
-        self.launch_ex(func, grid, block, smem_bytes, params, false)
+        self.launch_with(func, grid, block, smem_bytes, params, LaunchOptions::default())
     }
 
-    /// [`Gpu::launch`] with programmatic dependent launch: the kernel may start while the
-    /// previous kernel on the stream still runs, and must execute `griddepcontrol.wait` before it
-    /// reads anything that kernel writes (the GEMM waits before loading the pre-pass's output).
-    pub fn launch_dependent<P: KernelParams>(
+    /// [`Gpu::launch`] with [`LaunchOptions`].
+    pub fn launch_with<P: KernelParams>(
         &self,
         func: &CudaFunction,
         grid: (u32, u32, u32),
         block: (u32, u32, u32),
         smem_bytes: u32,
         params: &P,
-    ) -> Result<()> {
-        self.launch_ex(func, grid, block, smem_bytes, params, true)
-    }
-
-    fn launch_ex<P: KernelParams>(
-        &self,
-        func: &CudaFunction,
-        grid: (u32, u32, u32),
-        block: (u32, u32, u32),
-        smem_bytes: u32,
-        params: &P,
-        dependent: bool,
+        options: LaunchOptions,
     ) -> Result<()> {
         let mut args = [params as *const P as *mut c_void];
-        let mut attr = dsys::CUlaunchAttribute {
-            id: dsys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-            pad: [0; 4],
-            value: dsys::CUlaunchAttributeValue { programmaticStreamSerializationAllowed: 1 },
-        };
-        let config = dsys::CUlaunchConfig {
-            gridDimX: grid.0,
-            gridDimY: grid.1,
-            gridDimZ: grid.2,
-            blockDimX: block.0,
-            blockDimY: block.1,
-            blockDimZ: block.2,
-            sharedMemBytes: smem_bytes,
-            hStream: self.stream.cu_stream(),
-            attrs: &mut attr,
-            numAttrs: u32::from(dependent),
-        };
+        let mut attrs = options.attributes();
+        let config = launch_config(grid, block, smem_bytes, self.stream.cu_stream(), &mut attrs);
         // SAFETY: `KernelParams` promises that P is the `#[repr(C)]` mirror of the kernel's only
         // parameter (checked by the GPU tests), so the driver copies exactly the bytes the kernel
         // reads. The device addresses inside P belong to buffers held by the caller's `Prepared`,
         // which outlive the launch (all later frees and copies are ordered on this stream).
-        // `config` and `attr` are live locals the driver reads during the call only.
+        // `config` and `attrs` are live locals the driver reads during the call only.
         unsafe { dsys::cuLaunchKernelEx(&config, func.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }
             .result()
             .map_err(cuda_err("launching a kernel"))
+    }
+
+    /// How many clusters of `cluster_x` CTAs of `func` (with `block` threads and `smem_bytes` of
+    /// dynamic shared memory each) the GPU runs at once.
+    pub fn max_active_clusters(
+        &self,
+        func: &CudaFunction,
+        block: (u32, u32, u32),
+        smem_bytes: u32,
+        cluster_x: u32,
+    ) -> Result<u32> {
+        let mut attrs = LaunchOptions { dependent: false, cluster_x }.attributes();
+        let config = launch_config((cluster_x, 1, 1), block, smem_bytes, self.stream.cu_stream(), &mut attrs);
+        let mut n: std::ffi::c_int = 0;
+        // SAFETY: `n`, `config` and `attrs` are live locals the driver reads or writes during the
+        // call only; `func` is a loaded kernel.
+        unsafe { dsys::cuOccupancyMaxActiveClusters(&mut n, func.cu_function(), &config) }
+            .result()
+            .map_err(cuda_err("cuOccupancyMaxActiveClusters"))?;
+        Ok(n.max(0) as u32)
+    }
+}
+
+/// Launch attributes beyond grid, block and shared memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaunchOptions {
+    /// Programmatic dependent launch: the kernel may start while the previous kernel on the
+    /// stream still runs, and must execute `griddepcontrol.wait` before it reads anything that
+    /// kernel writes (the GEMM waits before loading the pre-pass's output).
+    pub dependent: bool,
+    /// Thread-block clusters of this many CTAs along x (0 or 1: none).
+    pub cluster_x: u32,
+}
+
+impl LaunchOptions {
+    /// The driver's attribute list.
+    fn attributes(self) -> Vec<dsys::CUlaunchAttribute> {
+        let mut v = Vec::new();
+        if self.dependent {
+            v.push(dsys::CUlaunchAttribute {
+                id: dsys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                pad: [0; 4],
+                value: dsys::CUlaunchAttributeValue { programmaticStreamSerializationAllowed: 1 },
+            });
+        }
+        if self.cluster_x > 1 {
+            v.push(dsys::CUlaunchAttribute {
+                id: dsys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+                pad: [0; 4],
+                value: dsys::CUlaunchAttributeValue {
+                    clusterDim: dsys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: self.cluster_x, y: 1, z: 1 },
+                },
+            });
+        }
+        v
+    }
+}
+
+/// A `CUlaunchConfig` whose attribute pointer borrows `attrs` (keep it alive across the call).
+fn launch_config(
+    grid: (u32, u32, u32),
+    block: (u32, u32, u32),
+    smem_bytes: u32,
+    stream: dsys::CUstream,
+    attrs: &mut [dsys::CUlaunchAttribute],
+) -> dsys::CUlaunchConfig {
+    dsys::CUlaunchConfig {
+        gridDimX: grid.0,
+        gridDimY: grid.1,
+        gridDimZ: grid.2,
+        blockDimX: block.0,
+        blockDimY: block.1,
+        blockDimZ: block.2,
+        sharedMemBytes: smem_bytes,
+        hStream: stream,
+        numAttrs: attrs.len() as u32,
+        attrs: attrs.as_mut_ptr(),
     }
 }
 
