@@ -174,6 +174,9 @@ struct Unit {
 // load the same X sub-stages, each CTA half of it, multicast to both.
 NVFP4_DEVICE i32 slot_index(const GemmSm90Params& p) { return blockIdx.x / p.cluster; }
 NVFP4_DEVICE i32 slot_count(const GemmSm90Params& p) { return gridDim.x / p.cluster; }
+// This CTA's rank in its cluster. NOTE: `&`, not `%` (cluster is 1 or 2): a `%` by a runtime
+// value is a division, which in the consumers' loop cost ~12% of their stall samples.
+NVFP4_DEVICE i32 cluster_rank(const GemmSm90Params& p) { return (i32)(blockIdx.x & (p.cluster - 1)); }
 
 // Stream-K: slot c owns the global stages [first(c), first(c + 1)) of the tile groups' stages
 // laid end to end (group-major), an even share of the whole problem.
@@ -206,7 +209,7 @@ NVFP4_DEVICE Unit unit_at(const GemmSm90Params& p, i64 u, i64 end) {
     r.k1 = min(p.k_iters, r.k0 + p.iters_per_split);
   }
   const i32 groups_w = p.tiles_w / p.cluster;
-  r.tw = (group % groups_w) * p.cluster + (i32)(blockIdx.x % p.cluster);
+  r.tw = (group % groups_w) * p.cluster + cluster_rank(p);
   r.tx = (group / groups_w) % p.tiles_x;
   r.l = group / (groups_w * p.tiles_x);
   r.tile = (r.l * p.tiles_x + r.tx) * p.tiles_w + r.tw;
@@ -373,7 +376,7 @@ NVFP4_DEVICE void producer_w(const GemmSm90Params& p, const Smem<C>& sm) {
 template <class C>
 NVFP4_DEVICE void producer_x(const GemmSm90Params& p, const Smem<C>& sm) {
   const u64 pol_x = ptx::policy_evict_last();  // decoded X tiles are re-read by every W tile
-  const i32 rank = blockIdx.x % p.cluster, rows = C::BN / p.cluster;
+  const i32 rank = cluster_rank(p), rows = C::BN / p.cluster;
   const u32 part = (u32)rank * (C::X_BYTES / p.cluster);  // a multiple of 1024 B (swizzle atom)
   // NOTE: launched as a programmatic dependent of the X pre-pass: the setup and the W producer's
   // first stages overlap the pre-pass; X is read only after it has completed.
@@ -415,9 +418,7 @@ struct Consumer {
   NVFP4_DEVICE static void release_x(const GemmSm90Params& p, const Smem<C>& sm, u32 s, bool pred) {
     const bool lead = pred && lane_() == 0;
     ptx::mbar_arrive_if(sm.empty_x(s), lead);
-    // NOTE: `&`, not `%`: cluster is 1 or 2, and a `%` by a runtime value is a division per
-    // sub-stage (~12% of the consumers' stall samples); the peer is this CTA without a cluster.
-    const u32 peer = (blockIdx.x & (p.cluster - 1)) ^ (p.cluster - 1);
+    const u32 peer = (u32)(cluster_rank(p) ^ (p.cluster - 1));  // itself without a cluster
     ptx::mbar_arrive_cluster_if(ptx::map_shared_rank(sm.empty_x(s), peer), lead && p.cluster > 1);
   }
 
@@ -594,6 +595,21 @@ struct Consumer {
       store_tile_as<false>(p, un, v);
   }
 
+  // Quad q of this thread's accumulators (4 consecutive f32 of one m-tile), and its place in a
+  // workspace tile: the register image, so that a CTA's stores and loads are coalesced float4s.
+  NVFP4_DEVICE float4 quad(int q) const {
+    const int mt = q / (NACC / 4), i = 4 * (q % (NACC / 4));
+    return make_float4(acc[mt][i], acc[mt][i + 1], acc[mt][i + 2], acc[mt][i + 3]);
+  }
+  NVFP4_DEVICE void set_quad(int q, float4 v) {
+    const int mt = q / (NACC / 4), i = 4 * (q % (NACC / 4));
+    acc[mt][i] = v.x;
+    acc[mt][i + 1] = v.y;
+    acc[mt][i + 2] = v.z;
+    acc[mt][i + 3] = v.w;
+  }
+  NVFP4_DEVICE static int quad_offset(int q) { return (q * 256 + ctid()) * 4; }
+
   NVFP4_DEVICE void epilogue(const GemmSm90Params& p, const Smem<C>& sm, const Unit& un) {
     if (un.pieces == 1) {
       store_tile(p, un, acc);
@@ -605,10 +621,7 @@ struct Consumer {
     float* ws_tile = p.workspace + (i64)un.tile * p.split * TILE_FLOATS;
     float* mine = ws_tile + un.piece * TILE_FLOATS;
 #pragma unroll
-    for (int q = 0; q < QUADS; ++q) {
-      const int mt = q / (NACC / 4), i = 4 * (q % (NACC / 4));
-      ptx::st_cg_v4(mine + (q * 256 + ctid()) * 4, make_float4(acc[mt][i], acc[mt][i + 1], acc[mt][i + 2], acc[mt][i + 3]));
-    }
+    for (int q = 0; q < QUADS; ++q) ptx::st_cg_v4(mine + quad_offset(q), quad(q));
     __threadfence();
     ptx::named_barrier(1, 256);
     u32* flag = reinterpret_cast<u32*>(__cvta_shared_to_generic(sm.flag()));
@@ -631,11 +644,8 @@ struct Consumer {
       for (int sl = 0; sl < un.pieces; ++sl) {
         float4 v[CHUNK];
 #pragma unroll
-        for (int c = 0; c < CHUNK; ++c) {
-          const int q = q0 + c, mt = q / (NACC / 4), i = 4 * (q % (NACC / 4));
-          v[c] = sl == un.piece ? make_float4(acc[mt][i], acc[mt][i + 1], acc[mt][i + 2], acc[mt][i + 3])
-                                : ptx::ld_cg_v4(ws_tile + sl * TILE_FLOATS + (q * 256 + ctid()) * 4);
-        }
+        for (int c = 0; c < CHUNK; ++c)
+          v[c] = sl == un.piece ? quad(q0 + c) : ptx::ld_cg_v4(ws_tile + sl * TILE_FLOATS + quad_offset(q0 + c));
 #pragma unroll
         for (int c = 0; c < CHUNK; ++c) {
           sum[c].x += v[c].x;
@@ -645,13 +655,7 @@ struct Consumer {
         }
       }
 #pragma unroll
-      for (int c = 0; c < CHUNK; ++c) {
-        const int q = q0 + c, mt = q / (NACC / 4), i = 4 * (q % (NACC / 4));
-        acc[mt][i] = sum[c].x;
-        acc[mt][i + 1] = sum[c].y;
-        acc[mt][i + 2] = sum[c].z;
-        acc[mt][i + 3] = sum[c].w;
-      }
+      for (int c = 0; c < CHUNK; ++c) set_quad(q0 + c, sum[c]);
     }
     store_tile(p, un, acc);
     if (ctid() == 0) p.counters[un.tile] = 0;

@@ -262,12 +262,19 @@ fn stage_cycles(v: Variant) -> f64 {
     mma.max(ISSUE_CYCLES_PER_MTILE[v.bm / 128 - 1])
 }
 
+/// Summing a tile cut into `pieces` K pieces: every piece's f32 partial through L2.
+fn fixup_cycles(v: Variant, pieces: usize) -> f64 {
+    if pieces > 1 {
+        (pieces * v.bm * v.bn * 4) as f64 / PARTIAL_BYTES_PER_CYCLE
+    } else {
+        0.0
+    }
+}
+
 /// Split-K: `units` units of `ips` sub-stages dealt round-robin over `slots` cluster slots.
 fn cost_split(v: Variant, units: usize, split: usize, ips: usize, slots: usize) -> f64 {
     let rounds = units.div_ceil(units.min(slots)) as f64;
-    let tile_bytes = (v.bm * v.bn * 4) as f64;
-    let fixup = if split > 1 { split as f64 * tile_bytes / PARTIAL_BYTES_PER_CYCLE } else { 0.0 };
-    rounds * (ips as f64 * stage_cycles(v) + UNIT_OVERHEAD_CYCLES) + fixup
+    rounds * (ips as f64 * stage_cycles(v) + UNIT_OVERHEAD_CYCLES) + fixup_cycles(v, split)
 }
 
 /// Stream-K over `slots` cluster slots: the slot with the largest share, its pieces' overheads,
@@ -275,9 +282,7 @@ fn cost_split(v: Variant, units: usize, split: usize, ips: usize, slots: usize) 
 fn cost_stream(v: Variant, groups: usize, k_iters: usize, slots: usize, pieces: usize) -> f64 {
     let share = (groups * k_iters).div_ceil(slots);
     let units_per_slot = share.div_ceil(k_iters) + 1;
-    let tile_bytes = (v.bm * v.bn * 4) as f64;
-    let fixup = if pieces > 1 { pieces as f64 * tile_bytes / PARTIAL_BYTES_PER_CYCLE } else { 0.0 };
-    share as f64 * stage_cycles(v) + units_per_slot as f64 * UNIT_OVERHEAD_CYCLES + fixup
+    share as f64 * stage_cycles(v) + units_per_slot as f64 * UNIT_OVERHEAD_CYCLES + fixup_cycles(v, pieces)
 }
 
 /// Stream-K's slots for `groups` tile groups of `k_iters` stages on `slots` cluster slots (every

@@ -166,8 +166,8 @@ impl Gpu {
         options: LaunchOptions,
     ) -> Result<()> {
         let mut args = [params as *const P as *mut c_void];
-        let mut attrs = options.attributes();
-        let config = launch_config(grid, block, smem_bytes, self.stream.cu_stream(), &mut attrs);
+        let (mut attrs, n) = options.attributes();
+        let config = launch_config(grid, block, smem_bytes, self.stream.cu_stream(), &mut attrs[..n]);
         // SAFETY: `KernelParams` promises that P is the `#[repr(C)]` mirror of the kernel's only
         // parameter (checked by the GPU tests), so the driver copies exactly the bytes the kernel
         // reads. The device addresses inside P belong to buffers held by the caller's `Prepared`,
@@ -187,8 +187,8 @@ impl Gpu {
         smem_bytes: u32,
         cluster_x: u32,
     ) -> Result<u32> {
-        let mut attrs = LaunchOptions { dependent: false, cluster_x }.attributes();
-        let config = launch_config((cluster_x, 1, 1), block, smem_bytes, self.stream.cu_stream(), &mut attrs);
+        let (mut attrs, n) = LaunchOptions { dependent: false, cluster_x }.attributes();
+        let config = launch_config((cluster_x, 1, 1), block, smem_bytes, self.stream.cu_stream(), &mut attrs[..n]);
         let mut n: std::ffi::c_int = 0;
         // SAFETY: `n`, `config` and `attrs` are live locals the driver reads or writes during the
         // call only; `func` is a loaded kernel.
@@ -211,26 +211,26 @@ pub struct LaunchOptions {
 }
 
 impl LaunchOptions {
-    /// The driver's attribute list.
-    fn attributes(self) -> Vec<dsys::CUlaunchAttribute> {
-        let mut v = Vec::new();
-        if self.dependent {
-            v.push(dsys::CUlaunchAttribute {
-                id: dsys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-                pad: [0; 4],
-                value: dsys::CUlaunchAttributeValue { programmaticStreamSerializationAllowed: 1 },
-            });
+    /// The driver's attribute list: the first `n` entries of the array (no allocation per launch).
+    fn attributes(self) -> ([dsys::CUlaunchAttribute; 2], usize) {
+        let pdl = dsys::CUlaunchAttribute {
+            id: dsys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value: dsys::CUlaunchAttributeValue { programmaticStreamSerializationAllowed: 1 },
+        };
+        let cluster = dsys::CUlaunchAttribute {
+            id: dsys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+            pad: [0; 4],
+            value: dsys::CUlaunchAttributeValue {
+                clusterDim: dsys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: self.cluster_x, y: 1, z: 1 },
+            },
+        };
+        match (self.dependent, self.cluster_x > 1) {
+            (true, true) => ([pdl, cluster], 2),
+            (true, false) => ([pdl, cluster], 1),
+            (false, true) => ([cluster, pdl], 1),
+            (false, false) => ([pdl, cluster], 0),
         }
-        if self.cluster_x > 1 {
-            v.push(dsys::CUlaunchAttribute {
-                id: dsys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
-                pad: [0; 4],
-                value: dsys::CUlaunchAttributeValue {
-                    clusterDim: dsys::CUlaunchAttributeValue_union__bindgen_ty_1 { x: self.cluster_x, y: 1, z: 1 },
-                },
-            });
-        }
-        v
     }
 }
 
