@@ -13,7 +13,7 @@
 
 use nvfp4::backend::cuda::{gemm, CudaBackend, Prepared};
 use nvfp4::check::{compare_outputs, Mode};
-use nvfp4::ops::Problem;
+use nvfp4::problem::Problem;
 use nvfp4::problem::{generate, Shape};
 use nvfp4::CpuBackend;
 
@@ -57,7 +57,7 @@ fn parse_mnk(s: &str) -> (usize, usize, usize) {
 }
 
 /// Prepares `p` under a forced configuration (`auto`: the heuristic's) and checks it bit-exactly.
-fn prepare_checked(b: &CudaBackend, p: &Problem, reference: &nvfp4::ops::Output, cfg: &str) -> Prepared {
+fn prepare_checked(b: &CudaBackend, p: &Problem, reference: &nvfp4::problem::Output, cfg: &str) -> Prepared {
     if cfg != "auto" {
         std::env::set_var("NVFP4_GEMM_SM90", cfg);
     }

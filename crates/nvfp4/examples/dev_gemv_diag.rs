@@ -10,8 +10,8 @@
 use nvfp4::backend::cuda::{CudaBackend, Prepared};
 use nvfp4::check::{compare_outputs, Mode};
 use nvfp4::format::ScaleLayout;
-use nvfp4::ops::{Output, Problem};
 use nvfp4::problem::{bench_shapes, generate, ProblemKind};
+use nvfp4::problem::{Output, Problem};
 use nvfp4::CpuBackend;
 
 mod common;
@@ -425,7 +425,7 @@ fn gemv_fixed_cost() {
                 launch(0);
                 let bits = s.clone_dtoh(&out_c).unwrap();
                 let got = nvfp4::F16Tensor::new(l, m, 1, bits.into_iter().map(half::f16::from_bits).collect()).unwrap();
-                let ok = compare_outputs(&nvfp4::ops::Output::Single(got), &reference, Mode::BitExact).passed();
+                let ok = compare_outputs(&nvfp4::problem::Output::Single(got), &reference, Mode::BitExact).passed();
                 let t = time_enqueued(&b, Some(&timer), SAMPLES, launch);
                 let line = if ok {
                     format!(

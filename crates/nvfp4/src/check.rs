@@ -7,8 +7,9 @@ use half::f16;
 
 use crate::backend::CpuBackend;
 use crate::format::{F16Tensor, ScaleLayout};
-use crate::ops::{Backend, Output, Problem};
+use crate::ops::Backend;
 use crate::problem::{self, ProblemKind, Shape};
+use crate::problem::{Output, Problem};
 
 /// Absolute tolerance of SPEC §4.
 pub const ATOL: f64 = 1e-3;

@@ -11,8 +11,9 @@ use std::time::Instant;
 use nvfp4::backend::cuda::{self, CudaBackend, Prepared};
 use nvfp4::check::{compare_outputs, Mode};
 use nvfp4::format::{Nvfp4Tensor, ScaleLayout};
-use nvfp4::ops::{Gemv, Output, Problem};
+use nvfp4::ops::Gemv;
 use nvfp4::problem::{bench_shapes, generate, test_shapes, ProblemKind, Shape};
+use nvfp4::problem::{Output, Problem};
 use nvfp4::{CpuBackend, Error};
 
 const LAYOUTS: [ScaleLayout; 2] = [ScaleLayout::Plain, ScaleLayout::Blocked];

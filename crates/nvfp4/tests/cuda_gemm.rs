@@ -15,8 +15,9 @@ use nvfp4::backend::cuda::gemm::{
 use nvfp4::backend::cuda::CudaBackend;
 use nvfp4::check::{compare_outputs, Mode};
 use nvfp4::format::{Nvfp4Tensor, ScaleLayout};
-use nvfp4::ops::{Gemm, Output, Problem};
+use nvfp4::ops::Gemm;
 use nvfp4::problem::{generate, test_shapes, ProblemKind, Shape};
+use nvfp4::problem::{Output, Problem};
 use nvfp4::CpuBackend;
 
 const LAYOUTS: [ScaleLayout; 2] = [ScaleLayout::Plain, ScaleLayout::Blocked];

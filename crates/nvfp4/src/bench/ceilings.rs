@@ -11,7 +11,7 @@ use super::lt::{DeviceF16, Lt, LtPlan};
 use super::peer::{abt_spec, dequantize_f16};
 use super::stats::Samples;
 use super::timer::Timer;
-use crate::ops::Problem;
+use crate::problem::Problem;
 use crate::problem::{generate, Rng, Shape};
 use crate::{Error, Result};
 

@@ -15,7 +15,8 @@ use super::lt::{DeviceF16, GemmSpec, Lt, LtPlan};
 use super::timer::Timer;
 use crate::backend::cpu::silu;
 use crate::format::{F16Tensor, Nvfp4Tensor};
-use crate::ops::{effective_alpha, Gemm, Output, Problem};
+use crate::ops::{effective_alpha, Gemm};
+use crate::problem::{Output, Problem};
 use crate::{Error, Result};
 
 /// Warm-up launches and samples used to choose between two peer layouts.

@@ -18,8 +18,7 @@ use super::stats::Samples;
 use super::timer::Timer;
 use crate::backend::{CpuBackend, CudaBackend};
 use crate::check::{compare_outputs, Mode, Report as CheckReport};
-use crate::ops::{Output, Problem};
-use crate::problem::{bench_shapes, generate, large_shapes, test_shapes, ProblemKind, Shape};
+use crate::problem::{bench_shapes, generate, large_shapes, test_shapes, Output, Problem, ProblemKind, Shape};
 use crate::{Error, Result};
 
 /// The fewest timed samples a run accepts (a median of fewer is noise).

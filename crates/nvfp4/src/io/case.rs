@@ -19,8 +19,9 @@ use safetensors::Dtype;
 
 use super::archive::{file_err, read_file, tensor_err, Archive, Dim, Entry, Writer, IN_MEMORY};
 use crate::format::{blocked_dims, F16Tensor, Nvfp4Tensor, ScaleLayout};
-use crate::ops::{DualGemm, Gemm, Gemv, GroupedGemm, Output, Problem};
+use crate::ops::{DualGemm, Gemm, Gemv, GroupedGemm};
 use crate::problem::ProblemKind;
+use crate::problem::{Output, Problem};
 use crate::Result;
 
 /// The header metadata key naming the problem kind of a case file.

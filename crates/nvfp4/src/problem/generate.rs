@@ -1,8 +1,9 @@
 //! Seeded generators with the SPEC §5 value distributions.
 
+use super::Problem;
 use super::{Rng, Shape};
 use crate::format::{f32_to_e4m3, Nvfp4Tensor, ScaleLayout};
-use crate::ops::{DualGemm, Gemm, Gemv, GroupedGemm, Problem};
+use crate::ops::{DualGemm, Gemm, Gemv, GroupedGemm};
 use crate::problem::ProblemKind;
 use crate::Result;
 

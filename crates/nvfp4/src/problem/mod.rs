@@ -4,11 +4,13 @@
 mod catalogue;
 mod extra;
 mod generate;
+mod instance;
 mod rng;
 
 pub use catalogue::{bench_shapes, large_shapes, test_shapes, Case};
 pub use extra::extra_shapes;
 pub use generate::generate;
+pub use instance::{Output, Problem};
 pub use rng::Rng;
 
 use std::fmt;

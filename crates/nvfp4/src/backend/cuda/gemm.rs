@@ -770,7 +770,7 @@ mod tests {
     fn rejects_unaligned_k() {
         use crate::problem::{generate, Shape};
         let gemm = |k| match generate(&Shape::Gemm { m: 3, n: 5, k, l: 1 }, 1).unwrap() {
-            crate::ops::Problem::Gemm(g) => g,
+            crate::problem::Problem::Gemm(g) => g,
             _ => unreachable!(),
         };
         assert!(rejects(&gemm(48)).is_some());

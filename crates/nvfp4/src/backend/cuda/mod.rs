@@ -32,7 +32,8 @@ use self::gemm::GemmSm90Launch;
 use self::gemv::GemvLaunch;
 use self::runtime::{cuda_err, Gpu};
 use crate::format::F16Tensor;
-use crate::ops::{Backend, DualGemm, Gemm, Gemv, GroupedGemm, Output, Problem};
+use crate::ops::{Backend, DualGemm, Gemm, Gemv, GroupedGemm};
+use crate::problem::{Output, Problem};
 use crate::Result;
 
 /// f16 quiet NaN: what [`Prepared::poison`] fills outputs with.

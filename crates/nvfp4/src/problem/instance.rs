@@ -1,0 +1,128 @@
+//! One problem instance: an operation with its operands, as a case file or a generator produces
+//! it, and what running it returns.
+
+use crate::format::{F16Tensor, ScaleLayout};
+use crate::ops::{Backend, DualGemm, Gemm, Gemv, GroupedGemm};
+use crate::problem::ProblemKind;
+use crate::Result;
+
+/// One operation with its operands: what a case file or a generator produces.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Problem {
+    /// Batched GEMV.
+    Gemv(Gemv),
+    /// GEMM.
+    Gemm(Gemm),
+    /// Gated dual GEMM.
+    DualGemm(DualGemm),
+    /// Grouped GEMM.
+    GroupedGemm(GroupedGemm),
+}
+
+/// What an operation returns: one tensor, or one per group.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    /// GEMV, GEMM, dual GEMM.
+    Single(F16Tensor),
+    /// Grouped GEMM, in group order.
+    Grouped(Vec<F16Tensor>),
+}
+
+impl Output {
+    /// The output tensors in order (one for the non-grouped operations).
+    pub fn tensors(&self) -> &[F16Tensor] {
+        match self {
+            Output::Single(t) => std::slice::from_ref(t),
+            Output::Grouped(v) => v,
+        }
+    }
+}
+
+impl Problem {
+    /// Which operation this is.
+    pub fn kind(&self) -> ProblemKind {
+        use ProblemKind as K;
+        match self {
+            Problem::Gemv(_) => K::Gemv,
+            Problem::Gemm(_) => K::Gemm,
+            Problem::DualGemm(_) => K::DualGemm,
+            Problem::GroupedGemm(_) => K::GroupedGemm,
+        }
+    }
+
+    /// Runs the operation on `backend`.
+    pub fn run(&self, backend: &dyn Backend) -> Result<Output> {
+        Ok(match self {
+            Problem::Gemv(p) => Output::Single(backend.gemv(p)?),
+            Problem::Gemm(p) => Output::Single(backend.gemm(p)?),
+            Problem::DualGemm(p) => Output::Single(backend.dual_gemm(p)?),
+            Problem::GroupedGemm(p) => Output::Grouped(backend.grouped_gemm(p)?),
+        })
+    }
+
+    /// Sets the alpha of the operation (of every group for the grouped GEMM).
+    pub fn set_alpha(&mut self, alpha: Option<f32>) {
+        match self {
+            Problem::Gemv(x) => x.alpha = alpha,
+            Problem::Gemm(x) => x.alpha = alpha,
+            Problem::DualGemm(x) => x.alpha = alpha,
+            Problem::GroupedGemm(x) => x.groups.iter_mut().for_each(|g| g.alpha = alpha),
+        }
+    }
+
+    /// The same problem with every scale tensor converted to `layout`.
+    pub fn with_layout(&self, layout: ScaleLayout) -> Problem {
+        let g = |p: &Gemm| Gemm { a: p.a.to_layout(layout), b: p.b.to_layout(layout), alpha: p.alpha };
+        match self {
+            Problem::Gemv(p) => {
+                Problem::Gemv(Gemv { a: p.a.to_layout(layout), b: p.b.to_layout(layout), alpha: p.alpha })
+            }
+            Problem::Gemm(p) => Problem::Gemm(g(p)),
+            Problem::DualGemm(p) => Problem::DualGemm(DualGemm {
+                a: p.a.to_layout(layout),
+                b1: p.b1.to_layout(layout),
+                b2: p.b2.to_layout(layout),
+                alpha: p.alpha,
+            }),
+            Problem::GroupedGemm(p) => Problem::GroupedGemm(GroupedGemm { groups: p.groups.iter().map(g).collect() }),
+        }
+    }
+
+    /// Bytes every input read once plus the f16 output written once (SPEC §7).
+    pub fn bytes(&self) -> u64 {
+        let out = |l: usize, m: usize, n: usize| (l * m * n * 2) as u64;
+        let gemm = |p: &Gemm| {
+            let (m, n, _, l) = p.mnkl();
+            (p.a.nbytes() + p.b.nbytes()) as u64 + out(l, m, n)
+        };
+        match self {
+            Problem::Gemv(p) => (p.a.nbytes() + p.b.nbytes()) as u64 + out(p.a.l(), p.a.rows(), 1),
+            Problem::Gemm(p) => gemm(p),
+            Problem::DualGemm(p) => {
+                let (m, n, _, l) = p.mnkl();
+                (p.a.nbytes() + p.b1.nbytes() + p.b2.nbytes()) as u64 + out(l, m, n)
+            }
+            Problem::GroupedGemm(p) => p.groups.iter().map(gemm).sum(),
+        }
+    }
+
+    /// Floating-point operations (2 per multiply-add).
+    pub fn flops(&self) -> f64 {
+        let gemm = |p: &Gemm| {
+            let (m, n, k, l) = p.mnkl();
+            2.0 * (m * n * k * l) as f64
+        };
+        match self {
+            Problem::Gemv(p) => {
+                let (m, k, l) = p.mkl();
+                2.0 * (m * k * l) as f64
+            }
+            Problem::Gemm(p) => gemm(p),
+            Problem::DualGemm(p) => {
+                let (m, n, k, l) = p.mnkl();
+                4.0 * (m * n * k * l) as f64
+            }
+            Problem::GroupedGemm(p) => p.groups.iter().map(gemm).sum(),
+        }
+    }
+}
