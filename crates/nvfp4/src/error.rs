@@ -42,6 +42,10 @@ pub enum Error {
     /// NVRTC rejected a kernel source.
     #[error("kernel `{name}` failed to compile:\n{log}")]
     Compile { name: String, log: String },
+    /// A shape whose buffers would not fit: the bytes it needs and the bytes available (host
+    /// memory or the GPU's free memory), checked before anything is allocated.
+    #[error("{what} needs {needed} bytes, but only {available} bytes are available")]
+    TooLarge { what: String, needed: u64, available: u64 },
     /// The device ran out of memory.
     #[error("out of device memory: {0}")]
     OutOfMemory(String),
