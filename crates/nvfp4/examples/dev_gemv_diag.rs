@@ -205,13 +205,13 @@ K(diag_i4_ef, read_i, 4, true) K(diag_i8_ef, read_i, 8, true) K(diag_i4_nc, read
 K(diag_i8_nc, read_i, 8, false) K(diag_c4_ef, read_c, 4, true) K(diag_c8_ef, read_c, 8, true)
 "#;
 
-const DIAG_MODULE: nvfp4::backend::cuda::compile::KernelModule =
-    nvfp4::backend::cuda::compile::KernelModule { file: "diag.cu", source: DIAG_SOURCE, symbols: &[] };
+const DIAG_MODULE: nvfp4::backend::cuda::KernelModule =
+    nvfp4::backend::cuda::KernelModule { file: "diag.cu", source: DIAG_SOURCE, symbols: &[] };
 
 /// Compiles and loads a diagnostic module.
 fn load_diag(
     b: &CudaBackend,
-    module: &nvfp4::backend::cuda::compile::KernelModule,
+    module: &nvfp4::backend::cuda::KernelModule,
 ) -> std::sync::Arc<cudarc::driver::CudaModule> {
     use nvfp4::backend::cuda::compile;
     let arch = compile::arch_for(b.compute_capability()).unwrap();
@@ -266,8 +266,8 @@ unsafe impl cudarc::driver::DeviceRepr for DiagGemvParams {}
 /// `NVFP4_DIAG_OLD_GEMV` may name a previous gemv.cu to time beside the current one.
 fn gemv_fixed_cost() {
     use cudarc::driver::{CudaModule, DevicePtr, LaunchConfig, PushKernelArg};
-    use nvfp4::backend::cuda::compile::KernelModule;
     use nvfp4::backend::cuda::GemvConfig;
+    use nvfp4::backend::cuda::KernelModule;
     use nvfp4::bench::Timer;
     use std::sync::Arc;
 

@@ -13,29 +13,9 @@
 #include "ptx.cuh"
 #include "nvfp4.cuh"
 
-// Mirrored by `MmaProblem` in backend/cuda/fallback.rs (#[repr(C)], same order).
-struct MmaProblem {
-  const u8* a;     // [L, M, K/2]
-  const u8* sfa;   // scales of a, plain or blocked
-  const u8* b;     // [L, N, K/2]
-  const u8* sfb;
-  const u8* b2;    // [L, N, K/2], dual GEMM only
-  const u8* sfb2;
-  u16* c;          // [L, M, N] f16
-  double alpha;    // applied to A*B (x1 for dual)
-  double alpha2;   // applied to A*B2 (dual only)
-  i32 m, n, k, l;
-  i32 layouts;     // bit 0: sfa blocked, bit 1: sfb blocked, bit 2: sfb2 blocked
-  i32 tiles_m, tiles_n;
-  i32 tile_start;  // first CTA of this problem
-};
-
-// Mirrored by `MmaParams` in backend/cuda/fallback.rs.
-struct MmaParams {
-  const MmaProblem* problems;  // [count], device memory
-  i32 count;
-  i32 reserved;
-};
+// MmaProblem, MmaParams: declared in generated.cuh from their one definition
+// (backend/cuda/kernels/fallback.rs).
+#include "generated.cuh"
 
 namespace {
 

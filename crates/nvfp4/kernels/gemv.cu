@@ -21,25 +21,8 @@
 #include "ptx.cuh"
 #include "nvfp4.cuh"
 
-// Mirrored by `GemvParams` in backend/cuda/gemv.rs (#[repr(C)], same order).
-struct GemvParams {
-  const u8* a;       // [L, M, K/2] packed e2m1
-  const u8* sfa;     // [L, M, K/16] e4m3 (plain) or [L, R, C, 512] (blocked)
-  const u8* b;       // [L, 1, K/2]
-  const u8* sfb;     // [L, 1, K/16] or [L, 1, C, 512]
-  u16* c;            // [L, M] f16
-  float* partial;    // [split, L, M] f32, split-K partial sums
-  u32* counters;     // [L, row_ctas], zero between launches
-  double alpha;      // applied in f64 before the single rounding to f16
-  i32 m, k, l;
-  i32 row_ctas;          // row tiles per batch (4 per 128 rows)
-  i32 split;             // K slices
-  i32 ksteps_per_slice;  // K-steps (32 chunks) per slice
-  i32 window_ksteps;     // K-steps of B held in shared memory at a time
-  i32 tiles;             // row_ctas * l * split
-  i32 tiles_per_cta;
-  i32 reserved;
-};
+// GemvParams: declared in generated.cuh from its one definition (backend/cuda/kernels/gemv.rs).
+#include "generated.cuh"
 
 namespace {
 

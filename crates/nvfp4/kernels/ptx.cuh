@@ -136,6 +136,18 @@ NVFP4_DEVICE u16 f32_to_f16_rn(float x) {
   return h;
 }
 
+// 2^x and 1/x, approximate (a few ulp; subnormal inputs and results flush to zero).
+NVFP4_DEVICE float ex2_approx(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+NVFP4_DEVICE float rcp_approx(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
 // f16x2 multiply (exact when the products fit f16, as e2m1 * e4m3 products do).
 NVFP4_DEVICE u32 hmul2(u32 a, u32 b) {
   u32 d;
@@ -168,6 +180,15 @@ namespace ptx {
 // 32-bit shared-window address of a generic pointer into shared memory.
 NVFP4_DEVICE u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
 
+// threadIdx.x, read where it is used: ptxas does not hoist values derived from it (it computed the
+// epilogue's and the mainloop's per-thread offsets at the kernel's start and spilled them across
+// the mainloop when 128 accumulators left no room).
+NVFP4_DEVICE u32 tid_x_here() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(r));
+  return r;
+}
+
 // Bytes of dynamic shared memory this launch got.
 NVFP4_DEVICE u32 dynamic_smem_size() {
   u32 r;
@@ -188,6 +209,7 @@ NVFP4_DEVICE uint4 lds_v4(u32 addr) {
 NVFP4_DEVICE void sts_v4(u32 addr, u32 a, u32 b, u32 c, u32 d) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
+NVFP4_DEVICE void sts_u32(u32 addr, u32 v) { asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory"); }
 
 // ---- mbarriers ---------------------------------------------------------------------------------
 
@@ -276,6 +298,17 @@ NVFP4_DEVICE void bulk_load(u32 dst, const void* src, u32 bytes, u32 bar, u64 po
       : "memory");
 }
 
+// Stores the box of a 3-D tensor map at coordinates (c0, c1, c2) from shared memory `src`
+// (elements outside the tensor are not written); completes as a bulk async-group.
+NVFP4_DEVICE void tma_store_3d(const void* tmap, u32 src, i32 c0, i32 c1, i32 c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(tmap),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+NVFP4_DEVICE void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Waits until every committed bulk async-group of this thread has completed.
+NVFP4_DEVICE void bulk_wait_group_0() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
 NVFP4_DEVICE u32 lds_u32(u32 addr) {
   u32 v;
   asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr));
@@ -286,6 +319,10 @@ NVFP4_DEVICE u32 lds_u8(u32 addr) {
   asm volatile("ld.shared.u8 %0, [%1];" : "=h"(v) : "r"(addr));
   return v;
 }
+
+// Orders global-memory writes this thread has seen (generic proxy) before its later async-proxy
+// reads of them (bulk copies).
+NVFP4_DEVICE void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 
 // Orders this thread's generic-proxy shared-memory writes before later async-proxy reads (wgmma).
 NVFP4_DEVICE void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
@@ -333,6 +370,21 @@ NVFP4_DEVICE void setmaxnreg_inc() {
 template <u32 REGS>
 NVFP4_DEVICE void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGS));
+}
+
+// A load with acquire semantics at GPU scope.
+NVFP4_DEVICE u32 ld_acquire_gpu(const u32* p) {
+  u32 v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Atomic add with acquire-release semantics at GPU scope: publishes what this thread (and, through
+// a preceding CTA barrier, its CTA) wrote before it, and sees what the other arrivals published.
+NVFP4_DEVICE u32 atom_add_acq_rel_gpu(u32* p, u32 v) {
+  u32 old;
+  asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
 }
 
 // ---- global memory (split-K partials) ----------------------------------------------------------

@@ -1,4 +1,4 @@
-//! GPU tests of the wgmma GEMM (kernels/gemm_sm90.cu). They need an NVIDIA Hopper GPU and are
+//! GPU tests of the wgmma GEMM (kernels/gemm_sm90.cu on the skeleton kernels/sm90/). They need an NVIDIA Hopper GPU and are
 //! `#[ignore]`d: `cargo test --release --test cuda_gemm -- --ignored --test-threads=1` (one
 //! thread: some tests force kernel variants through the `NVFP4_GEMM_SM90` variable).
 //!
@@ -7,8 +7,8 @@
 //! forced on edge shapes (ragged M/N, L > 1, K tails), random signed data with NaN scales and
 //! alpha (tolerance), and the small sweep the sanitizer runs (`gemm_sm90_sanitizer_sweep`).
 
-use nvfp4::backend::cuda::gemm::{
-    self, Forced,
+use nvfp4::backend::cuda::sm90::{
+    self, Forced, Op,
     Schedule::{Split, StreamK},
     VARIANTS,
 };
@@ -67,7 +67,7 @@ fn with_forced<T>(value: &str, f: impl FnOnce() -> T) -> T {
 
 fn takes(p: &Problem) -> bool {
     let Problem::Gemm(g) = p else { unreachable!() };
-    gemm::rejects(g).is_none()
+    sm90::rejects(Op::Gemm, g.mnkl(), Forced::from_env(Op::Gemm)).is_none()
 }
 
 #[test]

@@ -1,9 +1,10 @@
 //! Kernel sources, NVRTC options, the on-disk CUBIN cache, and the ptxas resource report.
 //!
-//! The `.cu` files under `crates/nvfp4/kernels/` are embedded in the library and compiled at run
-//! time by NVRTC for the GPU's compute capability, straight to a CUBIN. CUBINs are cached on disk
-//! under a key that hashes everything that could change the machine code: source and headers,
-//! options, NVRTC version and target architecture. A cache entry that is corrupt or fails to load
+//! The `.cu` files under `crates/nvfp4/kernels/` (listed by the registry, `kernels/`) are embedded
+//! in the library and compiled at run time by NVRTC for the GPU's compute capability, straight to
+//! a CUBIN. CUBINs are cached on disk under a key that hashes everything that could change the
+//! machine code: source and headers (the generated one included), options, NVRTC version and
+//! target architecture. A cache entry that is corrupt or fails to load
 //! is rebuilt; a cache that cannot be written is skipped. Neither is ever an error.
 
 use std::fmt;
@@ -14,45 +15,9 @@ use cudarc::driver::CudaModule;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use super::kernels::{headers, KernelModule, GENERATED, MODULES};
 use super::runtime::{nvrtc_compile, nvrtc_version, Gpu};
 use crate::{Error, Result};
-
-/// One `.cu` file: one NVRTC program, one CUBIN, the kernel symbols it defines.
-#[derive(Debug)]
-pub struct KernelModule {
-    /// File name under `crates/nvfp4/kernels/`.
-    pub file: &'static str,
-    /// The source text, embedded at build time.
-    pub source: &'static str,
-    /// The `extern "C"` kernels it defines.
-    pub symbols: &'static [&'static str],
-}
-
-/// The shared headers, `#include`d by name (NVRTC has no include path).
-pub const HEADERS: &[(&str, &str)] =
-    &[("ptx.cuh", include_str!("../../../kernels/ptx.cuh")), ("nvfp4.cuh", include_str!("../../../kernels/nvfp4.cuh"))];
-
-/// The batched GEMV kernels.
-pub static GEMV: KernelModule = KernelModule {
-    file: "gemv.cu",
-    source: include_str!("../../../kernels/gemv.cu"),
-    symbols: &[
-        "gemv_nvfp4_sm90_plain",
-        "gemv_nvfp4_sm90_blocked",
-        "gemv_nvfp4_sm90_plain_k16",
-        "gemv_nvfp4_sm90_blocked_k16",
-    ],
-};
-
-/// The tensor-core fallback for GEMM, grouped GEMM and dual GEMM.
-pub static FALLBACK: KernelModule = KernelModule {
-    file: "gemm_fallback.cu",
-    source: include_str!("../../../kernels/gemm_fallback.cu"),
-    symbols: &["gemm_nvfp4_sm90_mma", "dual_gemm_nvfp4_sm90_mma"],
-};
-
-/// Every kernel module of the library.
-pub static MODULES: [&KernelModule; 3] = [&GEMV, &FALLBACK, &super::gemm::GEMM_SM90];
 
 /// The architecture shipped kernels are built for by default (`nvfp4 kernels`).
 pub const DEFAULT_ARCH: &str = "sm_90a";
@@ -88,17 +53,53 @@ pub fn cache_dir() -> Option<PathBuf> {
         .or_else(|| var("HOME").map(|d| d.join(".cache").join("nvfp4")))
 }
 
+/// The text NVRTC compiles for a module: its source and every header, embedded in the library,
+/// or read from `$NVFP4_KERNELS_DIR` when that is set (a development aid: kernel variants are
+/// tried on a GPU machine without rebuilding the library; the generated header always comes from
+/// the library, which owns the sizes it holds).
+pub struct Sources {
+    /// The module's file name.
+    pub file: String,
+    /// Its text.
+    pub source: String,
+    /// (include name, text) of every header.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Sources {
+    /// The sources of `module`.
+    pub fn of(module: &KernelModule) -> Result<Self> {
+        let embedded = headers();
+        let Some(dir) = std::env::var_os("NVFP4_KERNELS_DIR").filter(|d| !d.is_empty()).map(PathBuf::from) else {
+            return Ok(Self {
+                file: module.file.to_string(),
+                source: module.source.to_string(),
+                headers: embedded.iter().map(|(n, t)| (n.to_string(), t.to_string())).collect(),
+            });
+        };
+        let read = |name: &str| {
+            let path = dir.join(name);
+            std::fs::read_to_string(&path).map_err(|source| Error::Io { path, source })
+        };
+        let mut hs = Vec::with_capacity(embedded.len());
+        for (name, text) in embedded {
+            hs.push((name.to_string(), if name == GENERATED { text.to_string() } else { read(name)? }));
+        }
+        Ok(Self { file: module.file.to_string(), source: read(module.file)?, headers: hs })
+    }
+}
+
 /// Hex SHA-256 over everything that determines the CUBIN.
-pub fn cache_key(module: &KernelModule, arch: &str, options: &[String], nvrtc: (i32, i32)) -> String {
+pub fn cache_key(src: &Sources, arch: &str, options: &[String], nvrtc: (i32, i32)) -> String {
     let mut h = Sha256::new();
     let mut field = |bytes: &[u8]| {
         h.update((bytes.len() as u64).to_le_bytes());
         h.update(bytes);
     };
-    field(b"nvfp4-cubin-v1");
-    field(module.file.as_bytes());
-    field(module.source.as_bytes());
-    for (name, text) in HEADERS {
+    field(b"nvfp4-cubin-v2");
+    field(src.file.as_bytes());
+    field(src.source.as_bytes());
+    for (name, text) in &src.headers {
         field(name.as_bytes());
         field(text.as_bytes());
     }
@@ -145,7 +146,12 @@ fn write_cached(path: &Path, cubin: &[u8]) -> std::io::Result<()> {
 
 /// Compiles `module` for `arch`. With `verbose`, the log carries ptxas's resource lines.
 pub fn compile(module: &KernelModule, arch: &str, verbose: bool) -> Result<(Vec<u8>, String)> {
-    let out = nvrtc_compile(module.file, module.source, HEADERS, &options(arch, verbose))?;
+    compile_sources(&Sources::of(module)?, arch, verbose)
+}
+
+fn compile_sources(src: &Sources, arch: &str, verbose: bool) -> Result<(Vec<u8>, String)> {
+    let headers: Vec<(&str, &str)> = src.headers.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
+    let out = nvrtc_compile(&src.file, &src.source, &headers, &options(arch, verbose))?;
     Ok((out.cubin, out.log))
 }
 
@@ -153,7 +159,8 @@ pub fn compile(module: &KernelModule, arch: &str, verbose: bool) -> Result<(Vec<
 pub(crate) fn load(gpu: &Gpu, module: &KernelModule) -> Result<Arc<CudaModule>> {
     let arch = arch_for(gpu.info().compute_capability)?;
     let opts = options(&arch, false);
-    let key = cache_key(module, &arch, &opts, nvrtc_version()?);
+    let src = Sources::of(module)?;
+    let key = cache_key(&src, &arch, &opts, nvrtc_version()?);
     let path = cache_dir().map(|d| d.join(format!("{}-{key}.cubin", module.file.trim_end_matches(".cu"))));
     if let Some(cubin) = path.as_deref().and_then(read_cached) {
         if let Ok(m) = gpu.load_module(&cubin) {
@@ -162,7 +169,7 @@ pub(crate) fn load(gpu: &Gpu, module: &KernelModule) -> Result<Arc<CudaModule>> 
         // An entry that passes its checksum but does not load (e.g. another driver wrote it):
         // fall through and rebuild it.
     }
-    let (cubin, _log) = compile(module, &arch, false)?;
+    let (cubin, _log) = compile_sources(&src, &arch, false)?;
     let loaded = gpu.load_module(&cubin)?;
     if let Some(p) = &path {
         // Best effort: a read-only or full disk only costs a recompile next time.
@@ -271,6 +278,7 @@ pub fn kernel_reports_to(arch: &str, cubin_dir: Option<&Path>) -> Result<Vec<Ker
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cuda::kernels::{fallback::FALLBACK, gemv::GEMV};
 
     const LOG: &str = "ptxas info    : 80 bytes gmem
 ptxas info    : Compiling entry function 'gemv_nvfp4_sm90_plain' for 'sm_90a'
@@ -316,12 +324,16 @@ ptxas info    : Used 16 registers, used 0 barriers
     #[test]
     fn cache_key_depends_on_every_input() {
         let o = options("sm_90a", false);
-        let k = cache_key(&GEMV, "sm_90a", &o, (13, 0));
+        let (gemv, fallback) = (Sources::of(&GEMV).unwrap(), Sources::of(&FALLBACK).unwrap());
+        let k = cache_key(&gemv, "sm_90a", &o, (13, 0));
         assert_eq!(k.len(), 64);
-        assert_ne!(k, cache_key(&GEMV, "sm_89", &o, (13, 0)));
-        assert_ne!(k, cache_key(&GEMV, "sm_90a", &o, (13, 1)));
-        assert_ne!(k, cache_key(&FALLBACK, "sm_90a", &o, (13, 0)));
-        assert_ne!(k, cache_key(&GEMV, "sm_90a", &options("sm_90a", true), (13, 0)));
+        assert_ne!(k, cache_key(&gemv, "sm_89", &o, (13, 0)));
+        assert_ne!(k, cache_key(&gemv, "sm_90a", &o, (13, 1)));
+        assert_ne!(k, cache_key(&fallback, "sm_90a", &o, (13, 0)));
+        assert_ne!(k, cache_key(&gemv, "sm_90a", &options("sm_90a", true), (13, 0)));
+        let mut edited = Sources::of(&GEMV).unwrap();
+        edited.headers[0].1.push(' ');
+        assert_ne!(k, cache_key(&edited, "sm_90a", &o, (13, 0)));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The batched GEMV: launch configuration heuristic, parameter struct and launch.
+//! The batched GEMV: launch configuration heuristic (the plan), bind and launch.
 //!
 //! The kernel (kernels/gemv.cu) gives each CTA 32 rows of one batch and a slice of K. The
 //! heuristic below picks the variant, the split of K and the persistent grid from the shape, the
@@ -6,11 +6,12 @@
 
 use std::fmt;
 
-use cudarc::driver::{CudaFunction, CudaSlice};
+use cudarc::driver::CudaFunction;
 
-use super::runtime::Gpu;
+use super::device::{F16View, Keep, Nvfp4View, Workspace, WorkspaceNeeds};
+use super::kernels::gemv::GemvParams;
+use super::runtime::{Gpu, LaunchShape, StreamHandle};
 use crate::format::ScaleLayout;
-use crate::ops::{effective_alpha, Gemv};
 use crate::{Error, Result};
 
 /// Threads per CTA (8 warps).
@@ -188,99 +189,67 @@ impl fmt::Display for GemvConfig {
     }
 }
 
-/// The kernel's parameter struct; mirrors `struct GemvParams` in kernels/gemv.cu.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct GemvParams {
-    a: u64,
-    sfa: u64,
-    b: u64,
-    sfb: u64,
-    c: u64,
-    partial: u64,
-    counters: u64,
-    alpha: f64,
-    m: i32,
-    k: i32,
-    l: i32,
-    row_ctas: i32,
-    split: i32,
-    ksteps_per_slice: i32,
-    window_ksteps: i32,
-    tiles: i32,
-    tiles_per_cta: i32,
-    reserved: i32,
-}
-
-/// A GEMV with its operands on the device.
+/// A GEMV bound to device operands, output and workspace.
 pub(crate) struct GemvLaunch {
     pub config: GemvConfig,
     func: CudaFunction,
     params: GemvParams,
-    // Device buffers the params point into, kept alive with the launch.
-    _operands: [CudaSlice<u8>; 4],
-    _partial: CudaSlice<f32>,
-    _counters: CudaSlice<u32>,
-}
-
-/// Lets `f` take `bytes` of dynamic shared memory (above 48 KB needs the opt-in).
-fn allow_smem(f: &CudaFunction, bytes: usize) -> Result<()> {
-    use cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX_DYN;
-    f.set_attribute(MAX_DYN, bytes as i32).map_err(super::runtime::cuda_err("raising the shared-memory limit"))
+    _keep: Vec<Keep>,
 }
 
 fn to_i32(x: usize, what: &str) -> Result<i32> {
     i32::try_from(x).map_err(|_| Error::Invalid(format!("gemv: {what} = {x} exceeds the kernel's 32-bit indexing")))
 }
 
+impl GemvConfig {
+    /// Workspace: split-K partial sums `[split, L, M]` f32 at scratch offset 0 and one arrival
+    /// counter per row tile and batch (none without split).
+    pub fn scratch(&self) -> WorkspaceNeeds {
+        let (m, _, l) = self.mkl;
+        if self.split > 1 {
+            WorkspaceNeeds { bytes: self.split * l * m * 4, counters: l * self.row_ctas }
+        } else {
+            WorkspaceNeeds::default()
+        }
+    }
+}
+
 impl GemvLaunch {
-    /// Uploads the operands, allocates the split-K workspace and picks the configuration.
-    /// `c` is the `[L, M]` f16 output buffer; `func` looks a kernel symbol up.
-    pub fn prepare(
+    /// Binds `config` (from [`GemvConfig::choose`]) to A `[L, M, K]`, B `[L, 1, K]` (both in the
+    /// config's scale layout), the output `[L, M, 1]` and `ws`.
+    pub fn bind(
         gpu: &Gpu,
-        p: &Gemv,
-        c: &CudaSlice<u16>,
-        func: impl Fn(&'static str) -> Result<CudaFunction>,
+        config: GemvConfig,
+        func: CudaFunction,
+        (a, b): (&Nvfp4View, &Nvfp4View),
+        alpha: Option<f32>,
+        c: &F16View,
+        ws: &Workspace,
     ) -> Result<Self> {
-        let (m, k, l) = p.mkl();
-        let layout = p.a.layout();
-        // Both operands must share one layout; B is small, convert it on the host.
-        let b = if p.b.layout() == layout { p.b.clone() } else { p.b.to_layout(layout) };
-        let sms = gpu.info().sms as usize;
-        let mut failure = None;
-        let config = GemvConfig::choose((m, k, l), layout, sms, |sym, smem| match func(sym) {
-            Ok(f) => {
-                let _ = allow_smem(&f, smem);
-                f.occupancy_max_active_blocks_per_multiprocessor(THREADS, smem, None).unwrap_or(1) as usize
-            }
-            Err(e) => {
-                failure = Some(e);
-                1
-            }
-        });
-        if let Some(e) = failure {
-            return Err(e);
+        let (m, k, l) = config.mkl;
+        if (a.meta.l, a.meta.rows, a.meta.k) != (l, m, k) || (b.meta.l, b.meta.rows, b.meta.k) != (l, 1, k) {
+            return Err(Error::Shape(format!(
+                "gemv: operands {:?}, {:?} do not match {:?}",
+                a.meta, b.meta, config.mkl
+            )));
         }
-        let f = func(config.symbol)?;
-        allow_smem(&f, config.smem_bytes)?;
-        if (m * k / 2) as u64 > i64::MAX as u64 / 2 {
-            return Err(Error::Invalid("gemv: operands too large".into()));
+        if a.meta.layout != config.layout || b.meta.layout != config.layout {
+            return Err(Error::Shape("gemv: both operands must have the config's scale layout".into()));
         }
-        let a_vals = gpu.upload(p.a.values())?;
-        let a_scales = gpu.upload(p.a.scales())?;
-        let b_vals = gpu.upload(b.values())?;
-        let b_scales = gpu.upload(b.scales())?;
-        let partial = gpu.zeros::<f32>(if config.split > 1 { config.split * l * m } else { 1 })?;
-        let counters = gpu.zeros::<u32>(if config.split > 1 { l * config.row_ctas } else { 1 })?;
+        if c.shape != [l, m, 1] {
+            return Err(Error::Shape(format!("gemv: output is {:?}, wants [{l}, {m}, 1]", c.shape)));
+        }
+        gpu.allow_smem(&func, config.smem_bytes)?;
+        let needs = config.scratch();
         let params = GemvParams {
-            a: gpu.addr(&a_vals),
-            sfa: gpu.addr(&a_scales),
-            b: gpu.addr(&b_vals),
-            sfb: gpu.addr(&b_scales),
-            c: gpu.addr(c),
-            partial: gpu.addr(&partial),
-            counters: gpu.addr(&counters),
-            alpha: effective_alpha(p.alpha, &p.a, &p.b) as f64,
+            a: a.values,
+            sfa: a.scales,
+            b: b.values,
+            sfb: b.scales,
+            c: c.addr,
+            partial: if needs.bytes > 0 { ws.at(0, needs.bytes)? } else { 0 },
+            counters: if needs.counters > 0 { ws.counters(needs.counters)? } else { 0 },
+            alpha: (alpha.unwrap_or(1.0) * a.meta.global_scale * b.meta.global_scale) as f64,
             m: to_i32(m, "M")?,
             k: to_i32(k, "K")?,
             l: to_i32(l, "L")?,
@@ -293,20 +262,15 @@ impl GemvLaunch {
             reserved: 0,
         };
         to_i32(l * m, "L * M")?;
-        Ok(Self {
-            config,
-            func: f,
-            params,
-            _operands: [a_vals, a_scales, b_vals, b_scales],
-            _partial: partial,
-            _counters: counters,
-        })
+        to_i32(m * (k / 2), "M * K / 2")?;
+        let keep = [a.keep(), b.keep(), c.keep(), Some(ws.keep())].into_iter().flatten().collect();
+        Ok(Self { config, func, params, _keep: keep })
     }
 
-    /// Enqueues the kernel.
-    pub fn launch(&self, gpu: &Gpu) -> Result<()> {
+    /// Enqueues the kernel on `stream`.
+    pub fn launch(&self, gpu: &Gpu, stream: StreamHandle) -> Result<()> {
         let c = &self.config;
-        gpu.launch(&self.func, (c.grid as u32, 1, 1), (THREADS, 1, 1), c.smem_bytes as u32, &self.params)
+        gpu.launch(stream, &self.func, LaunchShape::linear(c.grid as u32, THREADS, c.smem_bytes as u32), &self.params)
     }
 }
 

@@ -1,8 +1,11 @@
-//! The thin unsafe layer of the CUDA backend: driver and NVRTC discovery, the context and its one
-//! stream, module loading, raw launches, the f16 memset, and NVRTC compilation to a CUBIN.
+//! The thin unsafe layer of the CUDA backend: driver and NVRTC discovery, the context and its
+//! stream, size-checked allocation, module loading, raw launches on a given stream, TMA
+//! descriptors, NVRTC compilation to a CUBIN, and the `kernel_struct!` macro that lays out kernel
+//! parameter structs for Rust and CUDA from one field list.
 //!
 //! Everything `unsafe` in the backend lives here, one `// SAFETY:` note per block; the rest of
-//! the backend (and the CLI and the tests) use only the safe functions below.
+//! the backend (and the CLI and the tests) use only the safe functions below. This module depends
+//! on nothing else in the backend.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::{Arc, OnceLock};
@@ -98,22 +101,35 @@ impl Gpu {
         self.stream.context().load_module(Ptx::from_binary(cubin.to_vec())).map_err(cuda_err("loading a module"))
     }
 
-    /// Copies host data to a new device buffer.
-    pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<CudaSlice<T>> {
+    /// Copies host data to a new device buffer, size-checked first.
+    pub fn upload<T: DeviceRepr>(&self, data: &[T], what: &str) -> Result<CudaSlice<T>> {
+        self.check_fits::<T>(data.len(), what)?;
         self.stream.clone_htod(data).map_err(cuda_err("copying to the device"))
     }
 
-    /// Uploads `bytes` into a buffer that `keep` owns (so it outlives the launches whose parameter
-    /// structs hold its address) and returns its device address.
-    pub fn upload_kept(&self, bytes: &[u8], keep: &mut Vec<CudaSlice<u8>>) -> Result<u64> {
-        let buf = self.upload(bytes)?;
-        let addr = self.addr(&buf);
-        keep.push(buf);
-        Ok(addr)
+    /// Free and total device memory in bytes.
+    pub fn mem_info(&self) -> Result<(usize, usize)> {
+        self.stream.context().mem_get_info().map_err(cuda_err("cuMemGetInfo"))
     }
 
-    /// A zero-filled device buffer of `n` elements.
-    pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<CudaSlice<T>> {
+    /// Refuses `n` elements of `T` for `what` when the byte count overflows or exceeds the
+    /// device's free memory (`Error::TooLarge`, before anything is allocated).
+    pub fn check_fits<T>(&self, n: usize, what: &str) -> Result<()> {
+        let needed = n.checked_mul(std::mem::size_of::<T>());
+        let (free, _) = self.mem_info()?;
+        match needed {
+            Some(b) if b <= free => Ok(()),
+            _ => Err(Error::TooLarge {
+                what: format!("{what} on the GPU"),
+                needed: needed.map_or(u64::MAX, |b| b as u64),
+                available: free as u64,
+            }),
+        }
+    }
+
+    /// A zero-filled device buffer of `n` elements (at least one), size-checked first.
+    pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize, what: &str) -> Result<CudaSlice<T>> {
+        self.check_fits::<T>(n, what)?;
         self.stream.alloc_zeros(n.max(1)).map_err(cuda_err("allocating device memory"))
     }
 
@@ -134,45 +150,46 @@ impl Gpu {
     }
 
     /// Enqueues a fill of `buf` with the 16-bit pattern `bits` (f16 NaN to poison outputs).
-    pub fn fill_u16(&self, buf: &mut CudaSlice<u16>, bits: u16) -> Result<()> {
+    pub fn fill_u16(&self, buf: &CudaSlice<u16>, bits: u16) -> Result<()> {
         let ptr = self.addr(buf);
-        // SAFETY: `ptr` addresses `buf.len()` u16 elements owned by `buf`, which outlives the
-        // enqueued memset because every later use of `buf` goes through this same stream.
+        // SAFETY: `ptr` addresses `buf.len()` u16 elements of device memory owned by `buf`, which
+        // outlives the enqueued memset because its free is ordered after it on this same stream.
+        // The host never reads that memory through `buf`, so a shared borrow suffices.
         unsafe { dsys::cuMemsetD16Async(ptr, bits, buf.len(), self.stream.cu_stream()) }
             .result()
             .map_err(cuda_err("cuMemsetD16Async"))
     }
 
-    /// Enqueues `func` with one by-value parameter struct.
-    pub fn launch<P: KernelParams>(
-        &self,
-        func: &CudaFunction,
-        grid: (u32, u32, u32),
-        block: (u32, u32, u32),
-        smem_bytes: u32,
-        params: &P,
-    ) -> Result<()> {
-        self.launch_with(func, grid, block, smem_bytes, params, LaunchOptions::default())
+    /// The backend's own stream, as a launch target.
+    pub fn stream_handle(&self) -> StreamHandle {
+        StreamHandle(self.stream.cu_stream())
     }
 
-    /// [`Gpu::launch`] with [`LaunchOptions`].
-    pub fn launch_with<P: KernelParams>(
+    /// Sets how much dynamic shared memory `func` may take (above 48 KB needs the opt-in).
+    pub fn allow_smem(&self, func: &CudaFunction, bytes: usize) -> Result<()> {
+        let bytes = i32::try_from(bytes).map_err(|_| Error::Invalid(format!("{bytes} B of shared memory")))?;
+        func.set_attribute(dsys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)
+            .map_err(cuda_err("setting a kernel's shared-memory size"))
+    }
+
+    /// Enqueues `func` with one by-value parameter struct on `stream`.
+    pub fn launch<P: KernelParams>(
         &self,
+        stream: StreamHandle,
         func: &CudaFunction,
-        grid: (u32, u32, u32),
-        block: (u32, u32, u32),
-        smem_bytes: u32,
+        shape: LaunchShape,
         params: &P,
-        options: LaunchOptions,
     ) -> Result<()> {
         let mut args = [params as *const P as *mut c_void];
-        let (mut attrs, n) = options.attributes();
-        let config = launch_config(grid, block, smem_bytes, self.stream.cu_stream(), &mut attrs[..n]);
+        let (mut attrs, n) = shape.options.attributes();
+        let config = launch_config(shape.grid, shape.block, shape.smem_bytes, stream.0, &mut attrs[..n]);
         // SAFETY: `KernelParams` promises that P is the `#[repr(C)]` mirror of the kernel's only
-        // parameter (checked by the GPU tests), so the driver copies exactly the bytes the kernel
-        // reads. The device addresses inside P belong to buffers held by the caller's `Prepared`,
-        // which outlive the launch (all later frees and copies are ordered on this stream).
-        // `config` and `attrs` are live locals the driver reads during the call only.
+        // parameter (its CUDA declaration is generated from the same field list, with size and
+        // offset asserts), so the driver copies exactly the bytes the kernel reads. The device
+        // addresses inside P belong to buffers that the launch's owner keeps alive (views hold
+        // their buffers; frees are ordered on the stream that allocated them). `stream` is a live
+        // stream of this context (`StreamHandle` is only made from one). `config` and `attrs` are
+        // live locals the driver reads during the call only.
         unsafe { dsys::cuLaunchKernelEx(&config, func.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }
             .result()
             .map_err(cuda_err("launching a kernel"))
@@ -196,6 +213,35 @@ impl Gpu {
             .result()
             .map_err(cuda_err("cuOccupancyMaxActiveClusters"))?;
         Ok(n.max(0) as u32)
+    }
+}
+
+/// A stream that launches are enqueued on.
+#[derive(Clone, Copy, Debug)]
+pub struct StreamHandle(dsys::CUstream);
+
+// SAFETY: a CUstream is an opaque driver handle, valid from any thread of the process.
+unsafe impl Send for StreamHandle {}
+// SAFETY: as above; the handle is never dereferenced on the host.
+unsafe impl Sync for StreamHandle {}
+
+/// Grid, block, dynamic shared memory and attributes of one launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchShape {
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    pub smem_bytes: u32,
+    pub options: LaunchOptions,
+}
+
+impl LaunchShape {
+    /// A 1-D grid of 1-D blocks.
+    pub fn linear(grid: u32, block: u32, smem_bytes: u32) -> Self {
+        Self { grid: (grid, 1, 1), block: (block, 1, 1), smem_bytes, options: LaunchOptions::default() }
+    }
+    /// The same with `options`.
+    pub fn with(self, options: LaunchOptions) -> Self {
+        Self { options, ..self }
     }
 }
 
@@ -256,32 +302,77 @@ fn launch_config(
     }
 }
 
-/// A kernel parameter struct passed by value.
+/// A kernel parameter struct passed by value, or an element of an array the kernel reads.
 ///
 /// # Safety
-/// Implement only for `#[repr(C)]` plain-data structs whose layout equals the kernel's
-/// parameter struct field for field (the kernels take exactly one `__grid_constant__` struct).
+/// Implement only for `#[repr(C)]` plain-data structs whose layout equals the kernel's struct
+/// field for field: `kernel_struct!` implements it together with the CUDA declaration.
 pub(crate) unsafe trait KernelParams: Copy {}
 
-// SAFETY: `GemvParams` mirrors `struct GemvParams` of kernels/gemv.cu (7 pointers as u64, f64,
-// 10 x i32; 104 bytes, no padding).
-unsafe impl KernelParams for super::gemv::GemvParams {}
-// SAFETY: `MmaParams` mirrors `struct MmaParams` of kernels/gemm_fallback.cu (u64, 2 x i32).
-unsafe impl KernelParams for super::fallback::MmaParams {}
-// SAFETY: `GemmSm90Params` is `#[repr(C, align(64))]` plain data laid out exactly as the kernel's
-// `GemmSm90Params` (three 128-byte tensor maps, 4 device addresses as u64, f64, f32, i32,
-// 3 x i64, 11 x i32; 512 bytes; the offsets are asserted in gemm.rs), and it is the kernel's only
-// parameter.
-unsafe impl KernelParams for super::gemm::GemmSm90Params {}
-// SAFETY: `XDecodeParams` mirrors `struct XDecodeParams` of kernels/gemm_sm90.cu (3 device
-// addresses as u64, 6 x i32; 48 bytes, no padding), the pre-pass kernel's only parameter.
-unsafe impl KernelParams for super::gemm::XDecodeParams {}
+/// Declares a kernel parameter struct once for both languages: the `#[repr(C)]` Rust struct and,
+/// through its `cuda_decl()`, the CUDA declaration with size and alignment `static_assert`s (written
+/// into the generated header the kernels include, so a mismatch fails the NVRTC compile, which CI
+/// runs). Each field gives its CUDA type, and `[n]` for an array.
+macro_rules! kernel_struct {
+    (
+        $(#[doc = $doc:literal])*
+        $vis:vis struct $name:ident $(align($align:literal))? {
+            $( $(#[doc = $fdoc:literal])* $field:ident : $ty:ty => $cty:literal $([$n:literal])? ),* $(,)?
+        }
+    ) => {
+        $(#[doc = $doc])*
+        #[repr(C $(, align($align))?)]
+        #[derive(Clone, Copy, Debug, Default)]
+        $vis struct $name {
+            $( $(#[doc = $fdoc])* pub $field: $ty, )*
+        }
+
+        // SAFETY: `#[repr(C)]` plain data (integers, floats, device addresses as u64, nested
+        // kernel structs); the CUDA side is generated from the same field list by `cuda_decl`
+        // and asserts this struct's size and every field's size and alignment.
+        unsafe impl $crate::backend::cuda::runtime::KernelParams for $name {}
+        // SAFETY: as above: plain data the device may read by value from an uploaded array.
+        unsafe impl cudarc::driver::DeviceRepr for $name {}
+
+        impl $name {
+            /// The CUDA declaration of this struct, with layout asserts against this mirror.
+            pub fn cuda_decl() -> String {
+                let mut s = String::new();
+                $( s += &format!("//{}\n", $doc); )*
+                s += &format!("struct {} {{\n", stringify!($name));
+                $(
+                    $( s += &format!("  //{}\n", $fdoc); )*
+                    s += &format!("  {} {}{};\n", $cty, stringify!($field), concat!($("[", $n, "]")?));
+                )*
+                s += "};\n";
+                s += &format!(
+                    "static_assert(sizeof({0}) == {1}, \"{0}: size differs from its Rust mirror\");\n",
+                    stringify!($name), std::mem::size_of::<$name>()
+                );
+                // Same field order, each field's size and alignment equal, the same total size:
+                // C and Rust then lay the struct out identically.
+                $(
+                    s += &format!(
+                        "static_assert(sizeof({0}::{1}) == {2} && alignof(decltype({0}::{1})) == {3}, \"{0}.{1}: size or \
+                         alignment differs from its Rust mirror\");\n",
+                        stringify!($name),
+                        stringify!($field),
+                        std::mem::size_of::<$ty>(),
+                        std::mem::align_of::<$ty>()
+                    );
+                )*
+                s
+            }
+        }
+    };
+}
+pub(crate) use kernel_struct;
 
 // ---- TMA descriptors --------------------------------------------------------------------------
 
-/// `CUtensorMap`: 128 opaque bytes, 64-byte aligned (the kernel's `TmaMap`).
+/// `CUtensorMap`: 128 opaque bytes, 64-byte aligned (the kernel's `TmaMap`); all zeros is "none".
 #[repr(C, align(64))]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct TmaMap(pub(crate) [u64; 16]);
 
 /// Encodes the TMA descriptor of a `[L, rows, cols]` u8 tensor at `addr`, box

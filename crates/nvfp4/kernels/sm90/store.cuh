@@ -1,0 +1,145 @@
+// sm90/store.cuh: storing a finished tile to the f16 output: the conversions of a finished
+// value, and the stores (through shared memory and the TMA when it is idle, else direct).
+#pragma once
+
+#include "sm90/mainloop.cuh"
+
+namespace sm90 {
+
+// ---- f16 conversions of a finished value ---------------------------------------------------------
+
+// v * alpha with a power-of-two alpha: exact in f32, so one f32 -> f16 rounding is the reference's.
+struct AlphaPow2 {
+  static constexpr bool PAIRS = true;
+  NVFP4_DEVICE static u32 one(const Sm90Problem& pr, float v) { return ptx::f32_to_f16_rn(v * pr.alpha_f32[0]); }
+  NVFP4_DEVICE static u32 two(const Sm90Problem& pr, float lo, float hi) {
+    return ptx::f32x2_to_f16x2_rn(lo * pr.alpha_f32[0], hi * pr.alpha_f32[0]);
+  }
+};
+// v * alpha for any alpha: in f64 (a product of two f32 is exact there), rounded once.
+// NOTE: no paired stores: batched f64 conversions spill registers.
+struct AlphaF64 {
+  static constexpr bool PAIRS = false;
+  NVFP4_DEVICE static u32 one(const Sm90Problem& pr, float v) { return ptx::f64_to_f16_rn((double)v * pr.alpha[0]); }
+  NVFP4_DEVICE static u32 two(const Sm90Problem& pr, float lo, float hi) { return one(pr, lo) | one(pr, hi) << 16; }
+};
+// A value already final.
+struct Plain {
+  static constexpr bool PAIRS = true;
+  NVFP4_DEVICE static u32 one(const Sm90Problem&, float v) { return ptx::f32_to_f16_rn(v); }
+  NVFP4_DEVICE static u32 two(const Sm90Problem&, float lo, float hi) { return ptx::f32x2_to_f16x2_rn(lo, hi); }
+};
+
+// The tile's store through shared memory and the TMA, for c rows along x (W rows contiguous in c,
+// as when W is B) and an idle shared memory (the CTA's last unit): the tile goes to boxes of 64 W
+// rows (128 bytes) by BN X rows, 128-byte swizzled (conflict-free for the pairs the lanes hold),
+// and one thread stores each box with the output's tensor map, which clips rows and columns
+// outside c. Elements, values and pairs as in `store_rows`.
+// NOTE: the direct stores of this orientation write 16 bytes to each of 8 rows per warp
+// instruction: 3-5 µs for the 4 MB output of a dual GEMM with M = 512, N = 4096.
+template <class C, int H, class Cvt, class Val>
+NVFP4_DEVICE void store_tma(const Sm90Problem& pr, const Unit& un, const Smem<C>& sm, const Val& val) {
+  using Cs = Consumer<C>;
+  constexpr int BOXES = C::PART_ROWS / 64;
+  constexpr u32 BOX_BYTES = C::BN * 128;
+  static_assert(BOXES * BOX_BYTES <= C::RAW_OFF, "the tile fits the X ring");
+  const int ct = (int)ptx::tid_x_here() - 128, lane = ct % 32, t = lane % 4;
+  const bool even = (lane / 4) % 2 == 0;
+  ptx::named_barrier(1, 256);  // earlier readers of shared memory (the staged sum) are done
+#pragma unroll
+  for (int mt = 0; mt < C::WM; ++mt)
+#pragma unroll
+    for (int h = 0; h < H; ++h) {
+      // Lane pairs (g, g+1), g even, hold rows w, w+1: the even lane writes x's pair (w, w+1),
+      // the odd lane x+1's.
+      const int wl = Cs::out_row_of(ct, mt, h) - (even ? 0 : 1);
+      const u32 box = sm.base + (wl / 64) * BOX_BYTES, byte = (wl % 64) * 2;
+#pragma unroll
+      for (int q = 0; q < C::BN / 8; ++q) {
+        const u32 ab = Cvt::two(pr, val(mt, 4 * q + 2 * h), val(mt, 4 * q + 2 * h + 1));  // (x, x+1)
+        const u32 other = __shfl_xor_sync(0xFFFFFFFFu, even ? ab >> 16 : ab & 0xFFFF, 4);
+        const u32 word = even ? (ab & 0xFFFF) | (other << 16) : other | (ab & 0xFFFF0000u);
+        const u32 xl = 8 * q + 2 * t + (even ? 0 : 1);
+        ptx::sts_u32(box + xl * 128 + (((byte / 16) ^ (xl % 8)) * 16) + byte % 16, word);
+      }
+    }
+  ptx::fence_proxy_async_smem();  // these writes before the TMA's reads
+  ptx::named_barrier(1, 256);
+  if (ct == 0) {
+#pragma unroll
+    for (int b = 0; b < BOXES; ++b)
+      ptx::tma_store_3d(&pr.tmap_c, sm.base + b * BOX_BYTES, (un.tw * C::PART_ROWS + 64 * b) * 2, un.tx * C::BN, un.l);
+    ptx::bulk_commit_group();
+    ptx::bulk_wait_group_0();
+  }
+}
+
+// Stores this thread's output elements of the unit's tile: element (mt, i) of the accumulator
+// layout (output row out_row(mt, h) of the tile, h = (i >> 1) & 1, column 8 * (i >> 2) +
+// 2 * (lane % 4) + (i & 1)) for the fragment rows h < H, its value `val(mt, i)` converted by Cvt.
+// Output row w of the problem and column x go to c[l * c_stride_l + w * c_stride_w + x *
+// c_stride_x]. Offsets are 32-bit: the host checks that L * M * N fits. A tile wholly inside c
+// with even strides takes a fast path of 4-byte stores of f16 pairs: adjacent x when c rows run
+// along x; when they run along w, the pairs of adjacent w, held by lanes 4 apart, are formed by
+// one exchange.
+template <class C, int H, class Cvt, class Val>
+NVFP4_DEVICE void store_rows(const Sm90Problem& pr, const Unit& un, const Smem<C>& sm, bool staged, const Val& val) {
+  using Cs = Consumer<C>;
+  u16* cl = pr.c + (i64)un.l * pr.c_stride_l;
+  const int ct = (int)ptx::tid_x_here() - 128, lane = ct % 32, t = lane % 4;
+  const auto out_row = [&](int mt, int h) { return Cs::out_row_of(ct, mt, h); };
+  const i32 sw = (i32)pr.c_stride_w, sx = (i32)pr.c_stride_x, w0 = un.tw * C::PART_ROWS, x0 = un.tx * C::BN;
+  // NOTE: not with 2 m-tiles, 2 rows per thread and 128 accumulators (GEMM m256n128): it spills.
+  constexpr bool TMA_FITS = C::WM == 1 || H == 1 || C::WM * C::BN / 2 < 128;
+  if (TMA_FITS && staged && pr.c_tma && sw == 1) {
+    store_tma<C, H, Cvt>(pr, un, sm, val);
+    return;
+  }
+  const bool full =
+      Cvt::PAIRS && w0 + C::PART_ROWS <= pr.w_rows && x0 + C::BN <= pr.x_rows && pr.c_stride_l % 2 == 0;
+  if (full && sx == 1 && sw % 2 == 0) {
+#pragma unroll
+    for (int mt = 0; mt < C::WM; ++mt)
+#pragma unroll
+      for (int h = 0; h < H; ++h) {
+        u16* row = cl + (w0 + out_row(mt, h)) * sw + x0 + 2 * t;
+#pragma unroll
+        for (int q = 0; q < C::BN / 8; ++q)
+          *reinterpret_cast<u32*>(row + 8 * q) = Cvt::two(pr, val(mt, 4 * q + 2 * h), val(mt, 4 * q + 2 * h + 1));
+      }
+    return;
+  }
+  // NOTE: not for 2 m-tiles per warpgroup: the exchange code spills there, and the plans give
+  // small M to the 1-m-tile variants.
+  if (C::WM == 1 && full && sw == 1 && sx % 2 == 0) {
+    // Lane pairs (g, g+1), g even, hold rows w, w+1: the even lane keeps column x and stores
+    // c[x][w, w+1]; the odd lane keeps column x+1 and stores c[x+1][w-1, w].
+    const bool even = (lane / 4) % 2 == 0;
+#pragma unroll
+    for (int mt = 0; mt < C::WM; ++mt)
+#pragma unroll
+      for (int h = 0; h < H; ++h) {
+        const i32 w = w0 + out_row(mt, h) - (even ? 0 : 1);
+        u16* col = cl + (x0 + 2 * t + (even ? 0 : 1)) * sx + w;
+#pragma unroll
+        for (int q = 0; q < C::BN / 8; ++q) {
+          const u32 ab = Cvt::two(pr, val(mt, 4 * q + 2 * h), val(mt, 4 * q + 2 * h + 1));  // (x, x+1)
+          const u32 other = __shfl_xor_sync(0xFFFFFFFFu, even ? ab >> 16 : ab & 0xFFFF, 4);
+          *reinterpret_cast<u32*>(col + 8 * q * sx) = even ? (ab & 0xFFFF) | (other << 16) : other | (ab & 0xFFFF0000u);
+        }
+      }
+    return;
+  }
+  // Edge tiles and odd strides: element by element.
+#pragma unroll
+  for (int mt = 0; mt < C::WM; ++mt)
+#pragma unroll
+    for (int i = 0; i < Cs::NACC; ++i) {
+      const int h = (i >> 1) & 1;
+      if (h >= H) continue;
+      const i32 w = w0 + out_row(mt, h), x = x0 + 8 * (i >> 2) + 2 * t + (i & 1);
+      if (w < pr.w_rows && x < pr.x_rows) cl[w * sw + x * sx] = (u16)Cvt::one(pr, val(mt, i));
+    }
+}
+
+}  // namespace sm90

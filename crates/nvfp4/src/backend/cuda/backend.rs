@@ -1,0 +1,216 @@
+//! The CUDA backend object: device 0's context and stream, the kernel modules loaded so far, a
+//! shared workspace, upload and download of operands, and the choice of kernel family and plan
+//! for each operation on device operands (bind).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{CudaFunction, CudaModule};
+
+use super::compile;
+use super::device::{self, DeviceF16, DeviceNvfp4, Nvfp4View, Workspace, WorkspaceNeeds};
+use super::device_op::{BoundOp, DeviceOp, GemmViews, Work};
+use super::fallback::{self, MmaLaunch, MmaOperands};
+use super::gemv::{self, GemvConfig, GemvLaunch};
+use super::kernels::{self, sm90::Op, sm90::DECODE_X, sm90::DECODE_X_SYMBOL, KernelModule};
+use super::runtime::{cuda_err, Gpu};
+use super::sm90::{self, Forced, Sm90Kernels, Sm90Launch, Sm90Operands};
+use crate::format::{F16Tensor, Nvfp4Tensor};
+use crate::Result;
+
+/// The CUDA backend: device 0's primary context and a stream, the kernel modules loaded so far,
+/// and a workspace reused by the launches [`CudaBackend::bind`] makes.
+pub struct CudaBackend {
+    gpu: Arc<Gpu>,
+    modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+    workspace: Mutex<Option<Workspace>>,
+}
+
+impl CudaBackend {
+    /// Opens device 0. Without a driver or GPU this is `Error::NoDriver` / `Error::NoGpu`
+    /// (never a panic). NVRTC is needed only when a problem is bound.
+    pub fn new() -> Result<Self> {
+        Ok(Self { gpu: Arc::new(Gpu::open()?), modules: Mutex::new(HashMap::new()), workspace: Mutex::new(None) })
+    }
+
+    /// The backend's stream.
+    pub fn stream(&self) -> &Arc<cudarc::driver::CudaStream> {
+        self.gpu.stream()
+    }
+
+    /// Device name as the driver reports it.
+    pub fn device_name(&self) -> String {
+        self.gpu.info().name.clone()
+    }
+
+    /// Driver version, e.g. `13.0`.
+    pub fn driver_version(&self) -> String {
+        let v = self.gpu.info().driver_version;
+        format!("{}.{}", v / 1000, (v % 1000) / 10)
+    }
+
+    /// Compute capability (major, minor).
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.gpu.info().compute_capability
+    }
+
+    /// Number of streaming multiprocessors.
+    pub fn sm_count(&self) -> u32 {
+        self.gpu.info().sms
+    }
+
+    /// The loaded module for `m`, compiled (or read from the disk cache) on first use.
+    fn module(&self, m: &'static KernelModule) -> Result<Arc<CudaModule>> {
+        let mut map = self.modules.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(module) = map.get(m.file) {
+            return Ok(module.clone());
+        }
+        let module = compile::load(&self.gpu, m)?;
+        map.insert(m.file, module.clone());
+        Ok(module)
+    }
+
+    fn function(&self, m: &'static KernelModule, symbol: &str) -> Result<CudaFunction> {
+        self.module(m)?.load_function(symbol).map_err(cuda_err(symbol))
+    }
+
+    /// Copies a host tensor to the device (the only path for host operand data), size-checked
+    /// against the GPU's free memory.
+    pub fn upload(&self, t: &Nvfp4Tensor) -> Result<DeviceNvfp4> {
+        device::upload(&self.gpu, t)
+    }
+
+    /// A zeroed f16 output `[L, rows, cols]` on the device.
+    pub fn alloc_output(&self, shape: [usize; 3]) -> Result<DeviceF16> {
+        device::alloc_f16(&self.gpu, shape)
+    }
+
+    /// Waits for the stream and copies an output back to the host.
+    pub fn download(&self, t: &DeviceF16) -> Result<F16Tensor> {
+        device::download(&self.gpu, t)
+    }
+
+    /// Plans and binds `op` with the backend's shared workspace (grown when a plan needs more;
+    /// launches that hold an older one keep it alive). Launches of operations bound this way must
+    /// stay on one stream: they share the workspace.
+    pub fn bind(&self, op: DeviceOp<'_>) -> Result<BoundOp> {
+        let mut ws = self.workspace.lock().unwrap_or_else(|e| e.into_inner());
+        self.bind_with(op, &mut ws)
+    }
+
+    /// [`CudaBackend::bind`] with a workspace of the caller's (replaced when too small).
+    pub fn bind_with(&self, op: DeviceOp<'_>, ws: &mut Option<Workspace>) -> Result<BoundOp> {
+        let gpu = &self.gpu;
+        let sms = gpu.info().sms as usize;
+        let mut workspace = |needs: WorkspaceNeeds| -> Result<Workspace> {
+            if let Some(w) = ws.as_ref().filter(|w| w.holds(needs)) {
+                return Ok(w.clone());
+            }
+            // Grown to hold both the old and the new needs (launches bound to the old one keep it).
+            let old = ws.as_ref().map_or(WorkspaceNeeds::default(), Workspace::size);
+            let size = WorkspaceNeeds { bytes: needs.bytes.max(old.bytes), counters: needs.counters.max(old.counters) };
+            let w = Workspace::new(gpu, size)?;
+            *ws = Some(w.clone());
+            Ok(w)
+        };
+        let work = match op {
+            DeviceOp::Gemv(v) => {
+                let (a, b) = (&v.a.meta, &v.b.meta);
+                let mut failure = None;
+                let config = GemvConfig::choose((a.rows, a.k, a.l), a.layout, sms, |sym, smem| {
+                    match self.function(&kernels::gemv::GEMV, sym) {
+                        Ok(f) => {
+                            let _ = gpu.allow_smem(&f, smem);
+                            f.occupancy_max_active_blocks_per_multiprocessor(gemv::THREADS, smem, None).unwrap_or(1)
+                                as usize
+                        }
+                        Err(e) => {
+                            failure = Some(e);
+                            1
+                        }
+                    }
+                });
+                if let Some(e) = failure {
+                    return Err(e);
+                }
+                if b.layout != a.layout {
+                    return Err(crate::Error::Shape("gemv: A and B must share one scale layout".into()));
+                }
+                let f = self.function(&kernels::gemv::GEMV, config.symbol)?;
+                let ws = workspace(config.scratch())?;
+                Work::Gemv(Box::new(GemvLaunch::bind(gpu, config, f, (v.a, v.b), v.alpha, v.c, &ws)?))
+            }
+            DeviceOp::Gemm(v) => {
+                let ops = Sm90Operands { a: v.a, b: std::slice::from_ref(v.b), alpha: v.alpha, c: v.c };
+                match self.bind_sm90(Op::Gemm, &ops, &mut workspace)? {
+                    Some(w) => Work::Sm90(Box::new(w)),
+                    None => self.bind_fallback(fallback::GEMM_SYMBOL, &[mma(&v, None)])?,
+                }
+            }
+            DeviceOp::DualGemm { a, b1, b2, alpha, c } => {
+                let b = [b1.clone(), b2.clone()];
+                let ops = Sm90Operands { a, b: &b, alpha, c };
+                match self.bind_sm90(Op::Dual, &ops, &mut workspace)? {
+                    Some(w) => Work::Sm90(Box::new(w)),
+                    None => {
+                        let op = MmaOperands { a, b: b1, b2: Some(b2), alpha, c };
+                        self.bind_fallback(fallback::DUAL_SYMBOL, &[op])?
+                    }
+                }
+            }
+            DeviceOp::GroupedGemm(groups) => {
+                let ops: Vec<MmaOperands<'_>> = groups.iter().map(|g| mma(g, None)).collect();
+                self.bind_fallback(fallback::GEMM_SYMBOL, &ops)?
+            }
+        };
+        Ok(BoundOp { gpu: self.gpu.clone(), work })
+    }
+
+    /// Binds `ops` to the skeleton's kernels of `op`, or `None` when the skeleton does not take
+    /// the shape (its alignment rules, or forced off).
+    fn bind_sm90(
+        &self,
+        op: Op,
+        ops: &Sm90Operands<'_>,
+        workspace: &mut dyn FnMut(WorkspaceNeeds) -> Result<Workspace>,
+    ) -> Result<Option<Sm90Launch>> {
+        let (a, b) = (&ops.a.meta, &ops.b[0].meta);
+        let mnkl = (a.rows, b.rows, a.k, a.l);
+        let forced = Forced::from_env(op);
+        // The W parts share one scale mode; B1 and B2 in different layouts take the fallback.
+        let mixed = ops.b.iter().any(|t| t.meta.layout != b.layout);
+        if mixed || sm90::rejects(op, mnkl, forced).is_some() {
+            return Ok(None);
+        }
+        let sms = self.gpu.info().sms as usize;
+        let mut plan = sm90::plan(op, mnkl, sms, forced);
+        let main = self.function(op.module(), plan.symbol())?;
+        // The schedule assumes every cluster of the grid runs at once; where the GPU holds fewer,
+        // unpaired CTAs instead.
+        if plan.cluster > 1 {
+            let smem = plan.layout().smem_bytes;
+            self.gpu.allow_smem(&main, smem)?;
+            let fit = self.gpu.max_active_clusters(
+                &main,
+                (kernels::sm90::THREADS, 1, 1),
+                smem as u32,
+                plan.cluster as u32,
+            )?;
+            if (fit as usize) * plan.cluster < plan.grid {
+                plan = sm90::plan(op, mnkl, sms, Some(Forced::Config(plan.variant, Some(1), None)));
+            }
+        }
+        let kernels = Sm90Kernels { main, decode_x: self.function(&DECODE_X, DECODE_X_SYMBOL)? };
+        let ws = workspace(plan.scratch().needs)?;
+        Ok(Some(sm90::bind(&self.gpu, &plan, kernels, ops, &ws)?))
+    }
+
+    fn bind_fallback(&self, symbol: &'static str, ops: &[MmaOperands<'_>]) -> Result<Work> {
+        let f = self.function(&kernels::fallback::FALLBACK, symbol)?;
+        Ok(Work::Mma(MmaLaunch::bind(&self.gpu, symbol, f, ops)?))
+    }
+}
+
+fn mma<'a>(v: &GemmViews<'a>, b2: Option<&'a Nvfp4View>) -> MmaOperands<'a> {
+    MmaOperands { a: v.a, b: v.b, b2, alpha: v.alpha, c: v.c }
+}

@@ -1,0 +1,243 @@
+//! Operands that live on the GPU. An uploaded NVFP4 tensor ([`DeviceNvfp4`]) or f16 output
+//! ([`DeviceF16`]) owns its buffers; a view ([`Nvfp4View`], [`F16View`]) describes device memory
+//! to the bind step: addresses, shape, scale layout, global scale. Views of owned tensors keep
+//! their buffers alive for as long as a bound launch holds them, so weights uploaded once can be
+//! bound and launched any number of times with no copy. [`upload`] is the only place host operand
+//! data goes to the device.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use cudarc::driver::CudaSlice;
+use half::f16;
+
+use super::runtime::Gpu;
+use crate::format::{F16Tensor, Nvfp4Tensor, ScaleLayout};
+use crate::{Error, Result};
+
+/// Something a bound launch keeps alive because its parameters hold addresses into it.
+pub type Keep = Arc<dyn Any + Send + Sync>;
+
+/// Shape, scale layout and global scale of an NVFP4 tensor `[L, rows, K]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Nvfp4Meta {
+    /// Batch count L.
+    pub l: usize,
+    /// Rows per batch.
+    pub rows: usize,
+    /// K in elements (a multiple of 16).
+    pub k: usize,
+    /// Layout of the scales.
+    pub layout: ScaleLayout,
+    /// Per-tensor FP32 global scale (1.0 when none).
+    pub global_scale: f32,
+}
+
+impl Nvfp4Meta {
+    /// Bytes of the packed values, `[L, rows, K/2]`.
+    pub fn value_bytes(&self) -> usize {
+        self.l * self.rows * (self.k / 2)
+    }
+    /// Bytes of the scales in their layout.
+    pub fn scale_bytes(&self) -> usize {
+        self.layout.len(self.l, self.rows, self.k)
+    }
+}
+
+/// An NVFP4 tensor in device memory: values `[L, rows, K/2]` u8 and scales (plain or blocked).
+pub struct DeviceNvfp4 {
+    values: Arc<CudaSlice<u8>>,
+    scales: Arc<CudaSlice<u8>>,
+    addrs: (u64, u64),
+    meta: Nvfp4Meta,
+}
+
+impl DeviceNvfp4 {
+    /// Its shape, layout and global scale.
+    pub fn meta(&self) -> &Nvfp4Meta {
+        &self.meta
+    }
+    /// A view for binding, holding the buffers alive.
+    pub fn view(&self) -> Nvfp4View {
+        let keep: [Keep; 2] = [self.values.clone(), self.scales.clone()];
+        Nvfp4View { values: self.addrs.0, scales: self.addrs.1, meta: self.meta, keep: Some(Arc::new(keep)) }
+    }
+}
+
+/// Device memory seen as an NVFP4 tensor.
+#[derive(Clone)]
+pub struct Nvfp4View {
+    pub(crate) values: u64,
+    pub(crate) scales: u64,
+    /// Shape, layout, global scale.
+    pub meta: Nvfp4Meta,
+    keep: Option<Keep>,
+}
+
+impl std::fmt::Debug for Nvfp4View {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Nvfp4View({:#x}, {:#x}, {:?})", self.values, self.scales, self.meta)
+    }
+}
+
+impl Nvfp4View {
+    /// A view of device memory the caller owns (e.g. a framework's tensors).
+    ///
+    /// # Safety
+    /// `values` and `scales` must be device addresses of this backend's context holding
+    /// `meta.value_bytes()` and `meta.scale_bytes()` bytes, 16-byte aligned, and must stay
+    /// allocated until every launch bound to this view has completed.
+    pub unsafe fn from_raw(values: u64, scales: u64, meta: Nvfp4Meta) -> Result<Self> {
+        crate::format::tensor::check_dims(meta.l, meta.rows, meta.k)?;
+        if !values.is_multiple_of(16) || !scales.is_multiple_of(16) {
+            return Err(Error::Invalid("device operands must be 16-byte aligned".into()));
+        }
+        Ok(Self { values, scales, meta, keep: None })
+    }
+    /// What keeps its memory alive, if it is ours.
+    pub(crate) fn keep(&self) -> Option<Keep> {
+        self.keep.clone()
+    }
+}
+
+/// An f16 tensor `[L, rows, cols]` in device memory: an operation's output.
+pub struct DeviceF16 {
+    buf: Arc<CudaSlice<u16>>,
+    addr: u64,
+    shape: [usize; 3],
+}
+
+impl DeviceF16 {
+    /// `[L, rows, cols]`.
+    pub fn shape(&self) -> [usize; 3] {
+        self.shape
+    }
+    /// A view for binding, holding the buffer alive.
+    pub fn view(&self) -> F16View {
+        F16View { addr: self.addr, shape: self.shape, keep: Some(self.buf.clone()) }
+    }
+}
+
+/// Device memory seen as an f16 `[L, rows, cols]` tensor, row-major.
+#[derive(Clone)]
+pub struct F16View {
+    pub(crate) addr: u64,
+    /// `[L, rows, cols]`.
+    pub shape: [usize; 3],
+    keep: Option<Keep>,
+}
+
+impl F16View {
+    /// What keeps its memory alive, if it is ours.
+    pub(crate) fn keep(&self) -> Option<Keep> {
+        self.keep.clone()
+    }
+}
+
+/// Uploads a host NVFP4 tensor: the one path from host operand data to the device. Sizes are
+/// checked against the GPU's free memory first.
+pub(crate) fn upload(gpu: &Gpu, t: &Nvfp4Tensor) -> Result<DeviceNvfp4> {
+    let meta = Nvfp4Meta { l: t.l(), rows: t.rows(), k: t.k(), layout: t.layout(), global_scale: t.global_scale() };
+    gpu.check_fits::<u8>(t.nbytes(), &format!("an NVFP4 tensor [{}, {}, {}]", meta.l, meta.rows, meta.k))?;
+    let values = gpu.upload(t.values(), "packed values")?;
+    let scales = gpu.upload(t.scales(), "scales")?;
+    let addrs = (gpu.addr(&values), gpu.addr(&scales));
+    Ok(DeviceNvfp4 { values: Arc::new(values), scales: Arc::new(scales), addrs, meta })
+}
+
+/// A zeroed f16 output `[L, rows, cols]`, size-checked.
+pub(crate) fn alloc_f16(gpu: &Gpu, shape: [usize; 3]) -> Result<DeviceF16> {
+    let [l, rows, cols] = shape;
+    let n = l.checked_mul(rows).and_then(|x| x.checked_mul(cols)).ok_or_else(|| Error::TooLarge {
+        what: format!("an f16 output {shape:?}"),
+        needed: u64::MAX,
+        available: 0,
+    })?;
+    let buf = gpu.zeros::<u16>(n, &format!("an f16 output {shape:?}"))?;
+    let addr = gpu.addr(&buf);
+    Ok(DeviceF16 { buf: Arc::new(buf), addr, shape })
+}
+
+/// Enqueues a fill of an output with a 16-bit pattern (f16 NaN to poison it).
+pub(crate) fn fill_f16(gpu: &Gpu, t: &DeviceF16, bits: u16) -> Result<()> {
+    gpu.fill_u16(&t.buf, bits)
+}
+
+/// Waits for the stream and copies an output back.
+pub(crate) fn download(gpu: &Gpu, t: &DeviceF16) -> Result<F16Tensor> {
+    gpu.sync()?;
+    let bits = gpu.download(&t.buf)?;
+    let [l, rows, cols] = t.shape;
+    F16Tensor::new(l, rows, cols, bits.into_iter().take(l * rows * cols).map(f16::from_bits).collect())
+}
+
+/// What a launch needs besides its operands: scratch bytes (decoded X, split-K partials) and
+/// arrival counters. Counters live in their own buffer, zeroed when allocated and left at zero by
+/// every kernel that uses them, so launches of different plans can share one workspace: scratch
+/// that one plan wrote is never another plan's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkspaceNeeds {
+    /// Scratch bytes.
+    pub bytes: usize,
+    /// u32 arrival counters.
+    pub counters: usize,
+}
+
+/// Scratch device memory and arrival counters of launches on one stream; a clone is another
+/// handle to the same memory.
+#[derive(Clone)]
+pub struct Workspace {
+    scratch: Arc<CudaSlice<u8>>,
+    counters: Arc<CudaSlice<u32>>,
+    addrs: (u64, u64),
+    size: WorkspaceNeeds,
+}
+
+impl Workspace {
+    /// Zeroed scratch and counters of at least these sizes.
+    pub(crate) fn new(gpu: &Gpu, size: WorkspaceNeeds) -> Result<Self> {
+        let scratch = gpu.zeros::<u8>(size.bytes, "the launch workspace")?;
+        let counters = gpu.zeros::<u32>(size.counters, "the launch's arrival counters")?;
+        let addrs = (gpu.addr(&scratch), gpu.addr(&counters));
+        Ok(Self { scratch: Arc::new(scratch), counters: Arc::new(counters), addrs, size })
+    }
+    /// Its sizes.
+    pub fn size(&self) -> WorkspaceNeeds {
+        self.size
+    }
+    /// Whether it holds `needs`.
+    pub fn holds(&self, needs: WorkspaceNeeds) -> bool {
+        self.size.bytes >= needs.bytes && self.size.counters >= needs.counters
+    }
+    /// The address of scratch byte `offset`, after checking that `len` bytes fit there.
+    pub(crate) fn at(&self, offset: usize, len: usize) -> Result<u64> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.size.bytes => Ok(self.addrs.0 + offset as u64),
+            _ => Err(Error::Invalid(format!("workspace of {} B too small for {len} B at {offset}", self.size.bytes))),
+        }
+    }
+    /// The address of the first of `n` zeroed counters.
+    pub(crate) fn counters(&self, n: usize) -> Result<u64> {
+        if n > self.size.counters {
+            return Err(Error::Invalid(format!("workspace holds {} counters, {n} wanted", self.size.counters)));
+        }
+        Ok(self.addrs.1)
+    }
+    /// What keeps it alive.
+    pub(crate) fn keep(&self) -> Keep {
+        Arc::new((self.scratch.clone(), self.counters.clone()))
+    }
+}
+
+/// Carves scratch into aligned pieces: the running byte count of what a plan needs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Carve(pub usize);
+
+impl Carve {
+    /// Reserves `bytes` (256-byte aligned) and returns their offset.
+    pub fn take(&mut self, bytes: usize) -> usize {
+        let at = self.0.next_multiple_of(256);
+        self.0 = at + bytes;
+        at
+    }
+}

@@ -1,0 +1,90 @@
+//! Operations on device-resident operands ([`DeviceOp`]) and an operation bound to them
+//! ([`BoundOp`]): what [`CudaBackend::bind`](super::CudaBackend::bind) takes and returns.
+
+use std::sync::Arc;
+
+use super::device::{F16View, Nvfp4View};
+use super::fallback::MmaLaunch;
+use super::gemv::{GemvConfig, GemvLaunch};
+use super::runtime::{Gpu, StreamHandle};
+use super::sm90::Sm90Launch;
+use crate::Result;
+
+/// A GEMM-shaped problem on device operands: `c = A·Bᵀ` with an optional alpha.
+pub struct GemmViews<'a> {
+    /// `[L, M, K]`.
+    pub a: &'a Nvfp4View,
+    /// `[L, N, K]` (GEMV: `[L, 1, K]`).
+    pub b: &'a Nvfp4View,
+    /// The optional FP32 factor before the final rounding.
+    pub alpha: Option<f32>,
+    /// `[L, M, N]` f16 output.
+    pub c: &'a F16View,
+}
+
+/// One operation on device operands.
+pub enum DeviceOp<'a> {
+    /// Batched GEMV (B has one row per batch; both operands in one scale layout).
+    Gemv(GemmViews<'a>),
+    /// GEMM.
+    Gemm(GemmViews<'a>),
+    /// Gated dual GEMM: `c = f16(silu(A·B1ᵀ) * (A·B2ᵀ))`, alpha applied to each product.
+    DualGemm {
+        /// `[L, M, K]`.
+        a: &'a Nvfp4View,
+        /// `[L, N, K]`, the gate weight.
+        b1: &'a Nvfp4View,
+        /// `[L, N, K]`, the up weight.
+        b2: &'a Nvfp4View,
+        /// The optional FP32 factor of each product.
+        alpha: Option<f32>,
+        /// `[L, M, N]` f16 output.
+        c: &'a F16View,
+    },
+    /// Grouped GEMM: every group in one launch (L = 1 each).
+    GroupedGemm(&'a [GemmViews<'a>]),
+}
+
+/// What a bound operation launches.
+pub(super) enum Work {
+    Gemv(Box<GemvLaunch>),
+    Mma(MmaLaunch),
+    Sm90(Box<Sm90Launch>),
+}
+
+/// An operation bound to device operands, output and workspace: launchable any number of times
+/// with no allocation and no copy.
+pub struct BoundOp {
+    pub(super) gpu: Arc<Gpu>,
+    pub(super) work: Work,
+}
+
+impl BoundOp {
+    /// Enqueues the kernel(s) on the backend's stream.
+    pub fn launch(&self) -> Result<()> {
+        self.launch_on(self.gpu.stream_handle())
+    }
+    /// Enqueues the kernel(s) on `stream` (of the backend's context).
+    pub fn launch_on(&self, stream: StreamHandle) -> Result<()> {
+        match &self.work {
+            Work::Gemv(w) => w.launch(&self.gpu, stream),
+            Work::Mma(w) => w.launch(&self.gpu, stream),
+            Work::Sm90(w) => w.launch(&self.gpu, stream),
+        }
+    }
+    /// The launch configuration, printable.
+    pub fn describe(&self) -> String {
+        match &self.work {
+            Work::Gemv(w) => w.config.to_string(),
+            Work::Mma(w) => w.config.to_string(),
+            Work::Sm90(w) => w.plan.to_string(),
+        }
+    }
+    /// The GEMV configuration, when this is a GEMV.
+    pub fn gemv_config(&self) -> Option<&GemvConfig> {
+        match &self.work {
+            Work::Gemv(w) => Some(&w.config),
+            Work::Mma(_) | Work::Sm90(_) => None,
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! kernels/gemm_fallback.cu: the `mma.sync` fallback for GEMM, dual GEMM and grouped GEMM, its
+//! per-problem descriptor and its parameter struct.
+
+use super::module::KernelModule;
+use crate::backend::cuda::runtime::kernel_struct;
+
+/// The fallback kernels.
+pub static FALLBACK: KernelModule = KernelModule {
+    file: "gemm_fallback.cu",
+    source: include_str!("../../../../kernels/gemm_fallback.cu"),
+    symbols: &[GEMM_SYMBOL, DUAL_SYMBOL],
+};
+
+/// GEMM and grouped GEMM.
+pub const GEMM_SYMBOL: &str = "gemm_nvfp4_sm90_mma";
+/// Gated dual GEMM.
+pub const DUAL_SYMBOL: &str = "dual_gemm_nvfp4_sm90_mma";
+
+kernel_struct! {
+    /// One problem of a fallback launch (an array of them in device memory).
+    pub(crate) struct MmaProblem {
+        /// [L, M, K/2]
+        a: u64 => "const u8*",
+        /// scales of a, plain or blocked
+        sfa: u64 => "const u8*",
+        /// [L, N, K/2]
+        b: u64 => "const u8*",
+        sfb: u64 => "const u8*",
+        /// [L, N, K/2], dual GEMM only
+        b2: u64 => "const u8*",
+        sfb2: u64 => "const u8*",
+        /// [L, M, N] f16
+        c: u64 => "u16*",
+        /// applied to A*B (x1 for dual)
+        alpha: f64 => "double",
+        /// applied to A*B2 (dual only)
+        alpha2: f64 => "double",
+        m: i32 => "i32",
+        n: i32 => "i32",
+        k: i32 => "i32",
+        l: i32 => "i32",
+        /// bit 0: sfa blocked, bit 1: sfb blocked, bit 2: sfb2 blocked
+        layouts: i32 => "i32",
+        tiles_m: i32 => "i32",
+        tiles_n: i32 => "i32",
+        /// first CTA of this problem
+        tile_start: i32 => "i32",
+    }
+}
+
+kernel_struct! {
+    /// The fallback kernels' parameters.
+    pub(crate) struct MmaParams {
+        /// [count], device memory
+        problems: u64 => "const MmaProblem*",
+        count: i32 => "i32",
+        reserved: i32 => "i32",
+    }
+}

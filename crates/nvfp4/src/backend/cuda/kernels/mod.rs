@@ -1,0 +1,112 @@
+//! The kernel registry: every `.cu` module with its symbols and, beside each, the parameter
+//! structs its kernels take, plus the header `generated.cuh` that carries everything Rust and
+//! CUDA share (struct layouts, tile sizes, the shared-memory carve-up), written once here.
+//!
+//! Depends only on the runtime layer; compilation, planning and launching depend on this.
+
+pub mod fallback;
+pub mod gemv;
+mod module;
+pub mod sm90;
+
+use std::sync::OnceLock;
+
+pub use module::KernelModule;
+
+/// Every kernel module of the library.
+pub static MODULES: [&KernelModule; 5] =
+    [&gemv::GEMV, &fallback::FALLBACK, &sm90::DECODE_X, &sm90::GEMM_SM90, &sm90::DUAL_SM90];
+
+/// The handwritten headers, `#include`d by these names (NVRTC has no include path).
+const STATIC_HEADERS: [(&str, &str); 10] = [
+    ("ptx.cuh", include_str!("../../../../kernels/ptx.cuh")),
+    ("nvfp4.cuh", include_str!("../../../../kernels/nvfp4.cuh")),
+    ("sm90/config.cuh", include_str!("../../../../kernels/sm90/config.cuh")),
+    ("sm90/schedule.cuh", include_str!("../../../../kernels/sm90/schedule.cuh")),
+    ("sm90/producer.cuh", include_str!("../../../../kernels/sm90/producer.cuh")),
+    ("sm90/mainloop.cuh", include_str!("../../../../kernels/sm90/mainloop.cuh")),
+    ("sm90/fixup.cuh", include_str!("../../../../kernels/sm90/fixup.cuh")),
+    ("sm90/store.cuh", include_str!("../../../../kernels/sm90/store.cuh")),
+    ("sm90/epilogue.cuh", include_str!("../../../../kernels/sm90/epilogue.cuh")),
+    ("sm90/kernel.cuh", include_str!("../../../../kernels/sm90/kernel.cuh")),
+];
+
+/// Name of the generated header.
+pub const GENERATED: &str = "generated.cuh";
+
+/// `generated.cuh`: the integer types come from ptx.cuh; then the tensor-map type, every kernel
+/// struct (from its `kernel_struct!` field list, with layout asserts) and the sm90 sizes.
+pub fn generated_header() -> &'static str {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    TEXT.get_or_init(|| {
+        let mut s = String::from(
+            "// generated.cuh: written by backend/cuda/kernels/ when the kernels are compiled; do not edit.\n\
+             // Every struct layout and size that Rust and CUDA share, from their one definition in Rust.\n\
+             #pragma once\n#include \"ptx.cuh\"\n\n\
+             // A CUtensorMap: 128 opaque bytes encoded on the host by cuTensorMapEncodeTiled.\n\
+             struct alignas(64) TmaMap {\n  u64 bits[16];\n};\n\n",
+        );
+        for decl in [
+            gemv::GemvParams::cuda_decl(),
+            fallback::MmaProblem::cuda_decl(),
+            fallback::MmaParams::cuda_decl(),
+            sm90::XDecodeParams::cuda_decl(),
+            sm90::Sm90Problem::cuda_decl(),
+            sm90::Sm90Schedule::cuda_decl(),
+            sm90::Sm90Params::cuda_decl(),
+        ] {
+            s += &decl;
+            s.push('\n');
+        }
+        s += &sm90::cuda_sizes();
+        s
+    })
+}
+
+/// Every header a module may include, as (name, text).
+pub fn headers() -> Vec<(&'static str, &'static str)> {
+    let mut h = STATIC_HEADERS.to_vec();
+    h.push((GENERATED, generated_header()));
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_symbol_is_defined_by_its_source() {
+        for m in MODULES {
+            for sym in m.symbols {
+                // Variant kernels are stamped out by a macro: the symbol's parts appear in a line.
+                let defined = m.source.contains(sym)
+                    || sym.split_once("_nvfp4_sm90_ws_m").is_some_and(|(op, tile)| {
+                        let (bm, bn) = tile.split_once('n').unwrap();
+                        m.source.lines().any(|l| {
+                            l.starts_with("NVFP4_SM90_KERNEL(")
+                                && l.contains(&format!("({op},"))
+                                && l.ends_with(&format!(", {bm}, {bn})"))
+                        })
+                    });
+                assert!(defined, "{}: no definition of {sym}", m.file);
+            }
+        }
+    }
+
+    #[test]
+    fn generated_header_carries_layouts_and_sizes() {
+        let h = generated_header();
+        for needle in [
+            "struct Sm90Params {",
+            "static_assert(sizeof(Sm90Problem) == 896",
+            "TmaMap tmap_w[2];",
+            "const u8* sf_w[2];",
+            "template <> struct Layout<2, 128, 256>",
+            "constexpr int THREADS = 384;",
+        ] {
+            assert!(h.contains(needle), "missing `{needle}` in:\n{h}");
+        }
+        let names: Vec<&str> = headers().iter().map(|(n, _)| *n).collect();
+        assert!(names.contains(&GENERATED) && names.contains(&"sm90/kernel.cuh"));
+    }
+}

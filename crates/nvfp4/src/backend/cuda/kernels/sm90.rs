@@ -1,0 +1,385 @@
+//! The Hopper GEMM skeleton's modules (kernels/sm90/, gemm_sm90.cu, dual_gemm_sm90.cu,
+//! decode_x_sm90.cu), their parameter structs, and every size the host and the kernels share:
+//! thread roles and register budgets, the tile variants, and each variant's shared-memory
+//! carve-up. `cuda_sizes` writes them into generated.cuh, where sm90/config.cuh reads them.
+
+use std::fmt::Write;
+
+use super::module::KernelModule;
+use crate::backend::cuda::runtime::{kernel_struct, TmaMap};
+use crate::format::ScaleLayout;
+
+/// Threads per CTA: a producer warpgroup (a W warp and an X thread issue the TMA) and two
+/// consumer warpgroups.
+pub const THREADS: u32 = 384;
+/// K elements per sub-stage (one wgmma k16 per scale block; 32 bytes of a W row).
+pub const BK: usize = 64;
+/// Sub-stages per raw (W) stage of 256 K elements.
+pub const SUB: usize = 4;
+/// Bytes of a W row per raw stage and of an X row per sub-stage: the 128-byte swizzle width.
+pub const ROW_BYTES: usize = 128;
+/// Blocked scale layout: bytes per (128 rows, 4 scale columns).
+pub const SF_CHUNK: usize = 512;
+/// Dynamic shared memory per block on sm_90.
+pub const SMEM_CAP: usize = 232_448;
+/// X ring depth reserved before the W ring takes the rest, and the rings' limits.
+pub const MIN_X_STAGES: usize = 5;
+/// See [`MIN_X_STAGES`].
+pub const MAX_RAW_STAGES: usize = 8;
+/// See [`MIN_X_STAGES`].
+pub const MAX_X_STAGES: usize = 12;
+/// Registers per thread at launch (65536 / THREADS, down to a multiple of 8), and after
+/// `setmaxnreg` for the producer warpgroup and the consumers.
+pub const LAUNCH_REGS: u32 = 168;
+/// See [`LAUNCH_REGS`].
+pub const PRODUCER_REGS: u32 = 88;
+/// See [`LAUNCH_REGS`].
+pub const CONSUMER_REGS: u32 = 208;
+/// Threads per block of the X pre-pass (one per 16-byte output chunk).
+pub const DECODE_X_THREADS: u32 = 256;
+/// The kernels fold 2^-7 into each decoded operand; the epilogue multiplies 2^14 back.
+pub const DECODE_BIAS: f64 = 16384.0;
+
+/// The operation a skeleton kernel computes: how many operand tensors share a W tile, and what
+/// its epilogue does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// GEMM: one W operand, f16 store with alpha.
+    Gemm,
+    /// Gated dual GEMM: B1 and B2 share each W tile, SwiGLU epilogue.
+    Dual,
+}
+
+impl Op {
+    /// Operand tensors per W tile.
+    pub fn parts(self) -> usize {
+        match self {
+            Op::Gemm => 1,
+            Op::Dual => 2,
+        }
+    }
+    /// The prefix of its kernel symbols.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Gemm => "gemm",
+            Op::Dual => "dual_gemm",
+        }
+    }
+    /// Its module.
+    pub fn module(self) -> &'static KernelModule {
+        match self {
+            Op::Gemm => &GEMM_SM90,
+            Op::Dual => &DUAL_SM90,
+        }
+    }
+}
+
+/// One compiled tile shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Variant {
+    /// W rows per tile (2 consumer warpgroups x 64 x WM; a dual GEMM's tile is BM / 2 output
+    /// columns, the matching rows of B1 and B2).
+    pub bm: usize,
+    /// X rows per tile (wgmma N).
+    pub bn: usize,
+}
+
+/// The variants every skeleton module instantiates, in symbol order.
+pub const VARIANTS: [Variant; 6] = [
+    Variant { bm: 256, bn: 16 },
+    Variant { bm: 256, bn: 32 },
+    Variant { bm: 256, bn: 64 },
+    Variant { bm: 256, bn: 128 },
+    Variant { bm: 128, bn: 128 },
+    Variant { bm: 128, bn: 256 },
+];
+
+/// The shared-memory carve-up of one variant of one operation (mirrored by `Layout<PARTS, BM,
+/// BN>` in generated.cuh, which sm90/config.cuh checks): the X ring from offset 0, the W ring, the
+/// barriers; offsets from a 1024-aligned base.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// W stages of 256 K elements, values and scales: what fits next to `MIN_X_STAGES` X stages,
+    /// at most `MAX_RAW_STAGES`.
+    pub raw_stages: usize,
+    /// Decoded-X (f16) sub-stages of 64 K elements: what fits next to the W stages, at most
+    /// `MAX_X_STAGES`.
+    pub x_stages: usize,
+    /// Scale bytes per W stage: 16 per row (plain), or each part's whole 128-row groups of
+    /// blocked chunks, whichever is more.
+    pub sw_bytes: usize,
+    /// Offset of the W ring.
+    pub raw_off: usize,
+    /// Offset of the barriers.
+    pub bar_off: usize,
+    /// Dynamic shared memory to launch with (1024 bytes of alignment slack included).
+    pub smem_bytes: usize,
+}
+
+impl Variant {
+    /// The carve-up for `op`.
+    pub fn layout(self, op: Op) -> Layout {
+        let parts = op.parts();
+        let part_groups = (self.bm / parts).div_ceil(128);
+        let sw_bytes = (self.bm * 16).max(parts * part_groups * SUB * SF_CHUNK);
+        let raw_bytes = self.bm * ROW_BYTES + sw_bytes;
+        let x_bytes = self.bn * ROW_BYTES;
+        let room = SMEM_CAP - 1024 - 512; // alignment slack and barriers
+        let raw_stages = ((room - MIN_X_STAGES * x_bytes) / raw_bytes).min(MAX_RAW_STAGES);
+        let x_stages = ((room - raw_stages * raw_bytes) / x_bytes).min(MAX_X_STAGES);
+        let raw_off = x_stages * x_bytes;
+        let bar_off = raw_off + raw_stages * raw_bytes;
+        // A full and an empty barrier per stage of each ring, the split-K flag, the fixup barrier.
+        let bar_bytes = (2 * raw_stages + 2 * x_stages) * 8 + 16;
+        Layout { raw_stages, x_stages, sw_bytes, raw_off, bar_off, smem_bytes: 1024 + bar_off + bar_bytes }
+    }
+
+    /// Kernel symbol of this variant of `op`.
+    pub fn symbol(self, op: Op) -> &'static str {
+        let i = VARIANTS.iter().position(|v| *v == self).expect("a listed variant");
+        op.module().symbols[i]
+    }
+}
+
+/// How W's scales reach shared memory; mirrors `SF_*` in generated.cuh.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+pub enum SfMode {
+    /// Plain layout with K % 256 != 0: byte loads by the W producer warp (correct, slower).
+    Direct = 0,
+    /// Plain layout: a TMA box `[rows, 16 B]` per W stage (256 K elements).
+    Tma = 1,
+    /// Blocked layout: a 2 KB bulk copy per 128 rows per W stage.
+    Bulk = 2,
+}
+
+impl SfMode {
+    /// The mode for a tensor's scale layout and K.
+    pub fn of(layout: ScaleLayout, k: usize) -> Self {
+        match layout {
+            ScaleLayout::Blocked => SfMode::Bulk,
+            // The tensor map's row stride (K/16 bytes) must be a multiple of 16.
+            ScaleLayout::Plain if (k / 16).is_multiple_of(16) => SfMode::Tma,
+            ScaleLayout::Plain => SfMode::Direct,
+        }
+    }
+}
+
+/// The X pre-pass.
+pub static DECODE_X: KernelModule = KernelModule {
+    file: "decode_x_sm90.cu",
+    source: include_str!("../../../../kernels/decode_x_sm90.cu"),
+    symbols: &[DECODE_X_SYMBOL],
+};
+
+/// The pre-pass kernel.
+pub const DECODE_X_SYMBOL: &str = "decode_nvfp4_f16_sm90";
+
+kernel_struct! {
+    /// The X pre-pass's parameters.
+    pub(crate) struct XDecodeParams {
+        /// [L, rows, K/2] packed e2m1
+        x: u64 => "const u8*",
+        /// [L, rows, K/16] e4m3, plain or blocked (SPEC §2)
+        sf: u64 => "const u8*",
+        /// [L, rows, K64] f16, K permuted per 64, zero past K
+        out: u64 => "u16*",
+        rows: i32 => "i32",
+        k: i32 => "i32",
+        k64: i32 => "i32",
+        l: i32 => "i32",
+        blocked: i32 => "i32",
+        pad: i32 => "i32",
+    }
+}
+
+/// The GEMM on the skeleton.
+pub static GEMM_SM90: KernelModule = KernelModule {
+    file: "gemm_sm90.cu",
+    source: include_str!("../../../../kernels/gemm_sm90.cu"),
+    symbols: &[
+        "gemm_nvfp4_sm90_ws_m256n16",
+        "gemm_nvfp4_sm90_ws_m256n32",
+        "gemm_nvfp4_sm90_ws_m256n64",
+        "gemm_nvfp4_sm90_ws_m256n128",
+        "gemm_nvfp4_sm90_ws_m128n128",
+        "gemm_nvfp4_sm90_ws_m128n256",
+    ],
+};
+
+/// The fused dual GEMM on the skeleton.
+pub static DUAL_SM90: KernelModule = KernelModule {
+    file: "dual_gemm_sm90.cu",
+    source: include_str!("../../../../kernels/dual_gemm_sm90.cu"),
+    symbols: &[
+        "dual_gemm_nvfp4_sm90_ws_m256n16",
+        "dual_gemm_nvfp4_sm90_ws_m256n32",
+        "dual_gemm_nvfp4_sm90_ws_m256n64",
+        "dual_gemm_nvfp4_sm90_ws_m256n128",
+        "dual_gemm_nvfp4_sm90_ws_m128n128",
+        "dual_gemm_nvfp4_sm90_ws_m128n256",
+    ],
+};
+
+kernel_struct! {
+    /// What a work unit computes on: the W operand (one tensor, or the two parts of a dual GEMM's
+    /// tile), the decoded X, the output and its scaling. A single-problem launch passes it in its
+    /// parameters; a grouped launch would keep one per group in device memory.
+    pub(crate) struct Sm90Problem align(64) {
+        /// W values per part: 3-D (K/2 bytes, rows, L) u8, box (128 B, BM / parts, 1), 128-byte swizzle
+        tmap_w: [TmaMap; 2] => "TmaMap" [2],
+        /// W plain scales per part (SF_TMA): 3-D (K/16 bytes, rows, L), box (16 B, BM / parts, 1)
+        tmap_sw: [TmaMap; 2] => "TmaMap" [2],
+        /// decoded X: 3-D (2 * K64 bytes, x_rows, L) f16, box (128 B, BN / cluster, 1), 128-byte swizzle
+        tmap_x: TmaMap => "TmaMap",
+        /// output for TMA stores when W rows are contiguous in c: 3-D (2 * N bytes, M, L), box
+        /// (128 B, BN, 1), 128-byte swizzle (valid when c_tma)
+        tmap_c: TmaMap => "TmaMap",
+        /// W scales per part: [L, rows, K/16] e4m3 (plain) or [L, R, C, 512] (blocked)
+        sf_w: [u64; 2] => "const u8*" [2],
+        /// output f16
+        c: u64 => "u16*",
+        /// per part: the f32 sum is multiplied by this (alpha with the 2^14 decode bias)
+        alpha: [f64; 2] => "double" [2],
+        /// the same in f32 (exact when alpha_pow2)
+        alpha_f32: [f32; 2] => "float" [2],
+        /// alpha[0] is a power of two that f32 holds: f32 math is exact
+        alpha_pow2: i32 => "i32",
+        /// SfMode of W (SF_DIRECT, SF_TMA, SF_BULK)
+        w_sf_mode: i32 => "i32",
+        /// tmap_c is valid (W = B and N % 8 == 0: 16-byte row strides)
+        c_tma: i32 => "i32",
+        reserved: i32 => "i32",
+        /// elements between consecutive W rows (output rows of a part) in c
+        c_stride_w: i64 => "i64",
+        /// elements between consecutive X rows in c
+        c_stride_x: i64 => "i64",
+        /// elements between batches in c
+        c_stride_l: i64 => "i64",
+        /// rows of each W part
+        w_rows: i32 => "i32",
+        x_rows: i32 => "i32",
+        k: i32 => "i32",
+        l: i32 => "i32",
+    }
+}
+
+kernel_struct! {
+    /// How a single-problem launch shares its tiles and K among CTAs.
+    pub(crate) struct Sm90Schedule {
+        /// W tiles (a multiple of cluster) and X tiles
+        tiles_w: i32 => "i32",
+        tiles_x: i32 => "i32",
+        /// split-K: K slices per tile; stream-K: the most pieces of any tile
+        split: i32 => "i32",
+        /// 64-element k-steps in K, ceil(K / 64)
+        k_iters: i32 => "i32",
+        /// k-steps per slice (every slice non-empty)
+        iters_per_split: i32 => "i32",
+        /// split-K: tile groups * split; stream-K: the tile groups
+        units: i32 => "i32",
+        /// 1: stream-K (the grid shares all k-steps evenly), 0: split-K
+        stream_k: i32 => "i32",
+        /// CTAs per cluster (1 or 2): a tile group, sharing X by TMA multicast
+        cluster: i32 => "i32",
+    }
+}
+
+kernel_struct! {
+    /// The parameters of a single-problem skeleton kernel (GEMM, dual GEMM).
+    pub(crate) struct Sm90Params align(64) {
+        prob: Sm90Problem => "Sm90Problem",
+        sched: Sm90Schedule => "Sm90Schedule",
+        /// [tiles, split, BM * BN] f32 partials of split tiles (the consumers' register image)
+        workspace: u64 => "float*",
+        /// [tiles] arrivals per split tile, zero between launches
+        counters: u64 => "u32*",
+    }
+}
+
+/// The `namespace sm90` part of generated.cuh: constants and every variant's `Layout`.
+pub fn cuda_sizes() -> String {
+    let mut s = String::from("namespace sm90 {\n");
+    let consts: [(&str, i64); 13] = [
+        ("THREADS", THREADS as i64),
+        ("BK", BK as i64),
+        ("SUB", SUB as i64),
+        ("ROW_BYTES", ROW_BYTES as i64),
+        ("SF_CHUNK", SF_CHUNK as i64),
+        ("SMEM_CAP", SMEM_CAP as i64),
+        ("LAUNCH_REGS", LAUNCH_REGS as i64),
+        ("PRODUCER_REGS", PRODUCER_REGS as i64),
+        ("CONSUMER_REGS", CONSUMER_REGS as i64),
+        ("DECODE_X_THREADS", DECODE_X_THREADS as i64),
+        ("SF_DIRECT", SfMode::Direct as i64),
+        ("SF_TMA", SfMode::Tma as i64),
+        ("SF_BULK", SfMode::Bulk as i64),
+    ];
+    for (name, v) in consts {
+        let _ = writeln!(s, "constexpr int {name} = {v};");
+    }
+    s += "\n// The shared-memory carve-up of each variant (backend/cuda/kernels/sm90.rs, Variant::layout).\n";
+    s += "template <int PARTS, int BM, int BN>\nstruct Layout;\n";
+    for op in [Op::Gemm, Op::Dual] {
+        for v in VARIANTS {
+            let l = v.layout(op);
+            let _ = writeln!(
+                s,
+                "template <> struct Layout<{}, {}, {}> {{ static constexpr int RAW_STAGES = {}, X_STAGES = {}, \
+                 SW_BYTES = {}, RAW_OFF = {}, BAR_OFF = {}, SMEM_BYTES = {}; }};",
+                op.parts(),
+                v.bm,
+                v.bn,
+                l.raw_stages,
+                l.x_stages,
+                l.sw_bytes,
+                l.raw_off,
+                l.bar_off,
+                l.smem_bytes
+            );
+        }
+    }
+    s += "}  // namespace sm90\n";
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_fit_and_symbols_line_up() {
+        for op in [Op::Gemm, Op::Dual] {
+            for v in VARIANTS {
+                let l = v.layout(op);
+                assert!(l.smem_bytes <= SMEM_CAP, "{op:?} {v:?}: {l:?}");
+                assert!(l.raw_stages >= 2 && l.x_stages >= 3, "{op:?} {v:?}: {l:?}");
+                assert_eq!(v.symbol(op), format!("{}_nvfp4_sm90_ws_m{}n{}", op.name(), v.bm, v.bn));
+            }
+        }
+        // GEMM m256n128: 4 W stages of 36 KB next to 5 X stages of 16 KB.
+        let l = Variant { bm: 256, bn: 128 }.layout(Op::Gemm);
+        assert_eq!((l.raw_stages, l.x_stages, l.sw_bytes), (4, 5, 4096));
+        assert_eq!(l.smem_bytes, 1024 + 5 * 16384 + 4 * (32768 + 4096) + (8 + 10) * 8 + 16);
+        // A dual m128 tile holds 64 rows of each part: blocked scales need a whole 128-row group
+        // per part, twice the plain layout's 2 KB.
+        assert_eq!(Variant { bm: 128, bn: 128 }.layout(Op::Dual).sw_bytes, 4096);
+        assert_eq!(Variant { bm: 128, bn: 128 }.layout(Op::Gemm).sw_bytes, 2048);
+        assert_eq!(Variant { bm: 256, bn: 64 }.layout(Op::Dual).sw_bytes, 4096);
+    }
+
+    #[test]
+    fn scale_modes() {
+        assert_eq!(SfMode::of(ScaleLayout::Blocked, 96), SfMode::Bulk);
+        assert_eq!(SfMode::of(ScaleLayout::Plain, 7168), SfMode::Tma);
+        assert_eq!(SfMode::of(ScaleLayout::Plain, 224), SfMode::Direct);
+    }
+
+    #[test]
+    fn struct_layouts() {
+        assert_eq!(std::mem::size_of::<Sm90Problem>(), 896);
+        assert_eq!(std::mem::size_of::<Sm90Params>(), 960);
+        assert_eq!(std::mem::size_of::<XDecodeParams>(), 48);
+        assert_eq!(std::mem::align_of::<Sm90Params>(), 64);
+    }
+}

@@ -1,0 +1,227 @@
+//! Binding a skeleton plan to device operands: tensor maps, the parameter structs of the X
+//! pre-pass and the main kernel, and the launch of both on a given stream.
+
+use cudarc::driver::sys::CUtensorMapSwizzle::{CU_TENSOR_MAP_SWIZZLE_128B as SW128, CU_TENSOR_MAP_SWIZZLE_NONE as SW0};
+use cudarc::driver::CudaFunction;
+
+use super::plan::{Schedule, Sm90Plan};
+use crate::backend::cuda::device::{F16View, Keep, Nvfp4View, Workspace};
+use crate::backend::cuda::kernels::sm90::{
+    Op, SfMode, Sm90Params, Sm90Problem, Sm90Schedule, XDecodeParams, BK, DECODE_BIAS, DECODE_X_THREADS, ROW_BYTES,
+    THREADS,
+};
+use crate::backend::cuda::runtime::{tma_map, Gpu, LaunchOptions, LaunchShape, StreamHandle, TmaMap};
+use crate::format::ScaleLayout;
+use crate::{Error, Result};
+
+/// The two kernels of a skeleton launch.
+pub(crate) struct Sm90Kernels {
+    /// The plan's variant of the operation.
+    pub main: CudaFunction,
+    /// The X pre-pass.
+    pub decode_x: CudaFunction,
+}
+
+/// The operands of one problem: W's parts (A or B for a GEMM; B1, B2 for a dual GEMM), X, the
+/// caller's alpha, and the output `[L, M, N]`.
+pub struct Sm90Operands<'a> {
+    /// A, `[L, M, K]`.
+    pub a: &'a Nvfp4View,
+    /// B, or B1 and B2, `[L, N, K]`.
+    pub b: &'a [Nvfp4View],
+    /// The optional FP32 factor before the final rounding (of each product, for a dual GEMM).
+    pub alpha: Option<f32>,
+    /// `[L, M, N]` f16.
+    pub c: &'a F16View,
+}
+
+/// A plan bound to its operands: launchable any number of times, allocating nothing.
+pub(crate) struct Sm90Launch {
+    /// The plan it was bound from.
+    pub plan: Sm90Plan,
+    kernels: Sm90Kernels,
+    params: Box<Sm90Params>,
+    x_params: XDecodeParams,
+    x_blocks: u32,
+    _keep: Vec<Keep>,
+}
+
+/// The f32 form of `alpha` when it is ± a power of two that f32 holds as a normal number: then
+/// `f32 sum * alpha` is exact and one f32 -> f16 rounding equals the reference's.
+pub(crate) fn pow2_f32(alpha: f64) -> Option<f32> {
+    let bits = alpha.to_bits();
+    let (mantissa, exp) = (bits & ((1 << 52) - 1), ((bits >> 52) & 0x7FF) as i64 - 1023);
+    (alpha != 0.0 && mantissa == 0 && (-126..=127).contains(&exp)).then_some(alpha as f32)
+}
+
+fn to_i32(x: usize, what: &str) -> Result<i32> {
+    i32::try_from(x).map_err(|_| Error::Invalid(format!("{what} = {x} exceeds the kernel's 32-bit indexing")))
+}
+
+fn shape_error(what: String) -> Error {
+    Error::Shape(format!("sm90 bind: {what}"))
+}
+
+/// Checks that the operands have the plan's shape.
+fn check_operands(plan: &Sm90Plan, ops: &Sm90Operands<'_>) -> Result<()> {
+    let (m, n, k, l) = plan.mnkl;
+    if ops.b.len() != plan.op.parts() {
+        return Err(shape_error(format!("{:?} takes {} B operands, got {}", plan.op, plan.op.parts(), ops.b.len())));
+    }
+    let a = &ops.a.meta;
+    if (a.l, a.rows, a.k) != (l, m, k) {
+        return Err(shape_error(format!("A is [{}, {}, {}], the plan wants [{l}, {m}, {k}]", a.l, a.rows, a.k)));
+    }
+    for (i, b) in ops.b.iter().enumerate() {
+        if (b.meta.l, b.meta.rows, b.meta.k) != (l, n, k) {
+            let bm = &b.meta;
+            return Err(shape_error(format!(
+                "B{i} is [{}, {}, {}], the plan wants [{l}, {n}, {k}]",
+                bm.l, bm.rows, bm.k
+            )));
+        }
+    }
+    if ops.c.shape != [l, m, n] {
+        return Err(shape_error(format!("output is {:?}, the plan wants [{l}, {m}, {n}]", ops.c.shape)));
+    }
+    if ops.b.len() == 2 && ops.b[0].meta.layout != ops.b[1].meta.layout {
+        return Err(shape_error("B1 and B2 must share one scale layout".into()));
+    }
+    Ok(())
+}
+
+/// Binds `plan` to `ops`, with `ws` (holding `plan.scratch().needs`) for the decoded X, the
+/// split-K partials and their counters. Encodes the tensor maps; allocates nothing.
+pub(crate) fn bind(
+    gpu: &Gpu,
+    plan: &Sm90Plan,
+    kernels: Sm90Kernels,
+    ops: &Sm90Operands<'_>,
+    ws: &Workspace,
+) -> Result<Sm90Launch> {
+    check_operands(plan, ops)?;
+    let (m, n, k, l) = plan.mnkl;
+    let v = plan.variant;
+    let (w_rows, x_rows) = plan.wx_rows();
+    let part_rows = v.bm / plan.op.parts();
+    // W parts and X: a GEMM's larger operand is W; a dual GEMM's W is B1 and B2.
+    let (w, x): (Vec<&Nvfp4View>, &Nvfp4View) = match (plan.op, plan.swapped) {
+        (Op::Gemm, false) => (vec![ops.a], &ops.b[0]),
+        _ => (ops.b.iter().collect(), ops.a),
+    };
+    let scratch = plan.scratch();
+    let x16 = ws.at(scratch.x16.0, scratch.x16.1)?;
+    let k64 = plan.k_iters * BK;
+    let x_params = XDecodeParams {
+        x: x.values,
+        sf: x.scales,
+        out: x16,
+        rows: to_i32(x_rows, "X rows")?,
+        k: to_i32(k, "K")?,
+        k64: to_i32(k64, "K")?,
+        l: to_i32(l, "L")?,
+        blocked: i32::from(x.meta.layout == ScaleLayout::Blocked),
+        pad: 0,
+    };
+    // One pre-pass thread per 16-byte output chunk, 8 per 64-element group.
+    let x_blocks = to_i32((l * x_rows * plan.k_iters * 8).div_ceil(DECODE_X_THREADS as usize), "X decode blocks")?;
+
+    let w_mode = SfMode::of(w[0].meta.layout, k);
+    let mut tmap_w = [TmaMap::default(); 2];
+    let mut tmap_sw = [TmaMap::default(); 2];
+    let mut sf_w = [0u64; 2];
+    let mut alpha = [0f64; 2];
+    for (i, wp) in w.iter().enumerate() {
+        tmap_w[i] = tma_map(wp.values, w_rows, k / 2, l, (part_rows, ROW_BYTES), SW128)?;
+        if w_mode == SfMode::Tma {
+            tmap_sw[i] = tma_map(wp.scales, w_rows, k / 16, l, (part_rows, 16), SW0)?;
+        }
+        sf_w[i] = wp.scales;
+    }
+    // Alpha of each product, in the reference's order: alpha * global(A) * global(B_i).
+    for (i, b) in ops.b.iter().enumerate() {
+        alpha[i] = (ops.alpha.unwrap_or(1.0) * ops.a.meta.global_scale * b.meta.global_scale) as f64 * DECODE_BIAS;
+    }
+    // The epilogue's TMA stores: W rows contiguous in c (W is B), 16-byte row strides.
+    let c_tma = plan.swapped && n.is_multiple_of(8) && ops.c.addr.is_multiple_of(16);
+    // C is [L, M, N]: W rows step by N (or 1 when W is B), X rows by 1 (or N).
+    let (c_stride_w, c_stride_x) = if plan.swapped { (1, n as i64) } else { (n as i64, 1) };
+    let (workspace, counters) = if plan.split > 1 {
+        (ws.at(scratch.partials.0, scratch.partials.1)?, ws.counters(scratch.needs.counters)?)
+    } else {
+        (0, 0)
+    };
+    let params = Box::new(Sm90Params {
+        prob: Sm90Problem {
+            tmap_w,
+            tmap_sw,
+            // In a cluster each CTA loads 1/cluster of the X tile's rows (multicast to all).
+            tmap_x: tma_map(x16, x_rows, k64 * 2, l, (v.bn / plan.cluster, ROW_BYTES), SW128)?,
+            tmap_c: if c_tma { tma_map(ops.c.addr, m, n * 2, l, (v.bn, ROW_BYTES), SW128)? } else { TmaMap::default() },
+            sf_w,
+            c: ops.c.addr,
+            alpha,
+            alpha_f32: [alpha[0] as f32, alpha[1] as f32],
+            alpha_pow2: i32::from(pow2_f32(alpha[0]).is_some()),
+            w_sf_mode: w_mode as i32,
+            c_tma: i32::from(c_tma),
+            reserved: 0,
+            c_stride_w,
+            c_stride_x,
+            c_stride_l: (m * n) as i64,
+            w_rows: to_i32(w_rows, "W rows")?,
+            x_rows: to_i32(x_rows, "X rows")?,
+            k: to_i32(k, "K")?,
+            l: to_i32(l, "L")?,
+        },
+        sched: Sm90Schedule {
+            tiles_w: to_i32(plan.tiles.0, "W tiles")?,
+            tiles_x: to_i32(plan.tiles.1, "X tiles")?,
+            split: to_i32(plan.split, "split")?,
+            k_iters: to_i32(plan.k_iters, "k-steps")?,
+            iters_per_split: to_i32(plan.iters_per_split, "k-steps per split")?,
+            units: to_i32(plan.units, "units")?,
+            stream_k: i32::from(plan.schedule == Schedule::StreamK),
+            cluster: to_i32(plan.cluster, "cluster")?,
+        },
+        workspace,
+        counters,
+    });
+    gpu.allow_smem(&kernels.main, plan.layout().smem_bytes)?;
+    let keep: Vec<Keep> =
+        ops.b.iter().chain([ops.a]).filter_map(Nvfp4View::keep).chain(ops.c.keep()).chain([ws.keep()]).collect();
+    Ok(Sm90Launch { plan: plan.clone(), kernels, params, x_params, x_blocks: x_blocks as u32, _keep: keep })
+}
+
+impl Sm90Launch {
+    /// Enqueues the X pre-pass and the main kernel on `stream`.
+    pub(crate) fn launch(&self, gpu: &Gpu, stream: StreamHandle) -> Result<()> {
+        let p = &self.plan;
+        gpu.launch(
+            stream,
+            &self.kernels.decode_x,
+            LaunchShape::linear(self.x_blocks, DECODE_X_THREADS, 0),
+            &self.x_params,
+        )?;
+        // The main kernel starts while the pre-pass runs (barrier setup, first W loads) and waits
+        // for it before its first X load.
+        let shape = LaunchShape::linear(p.grid as u32, THREADS, p.layout().smem_bytes as u32)
+            .with(LaunchOptions { dependent: true, cluster_x: p.cluster as u32 });
+        gpu.launch(stream, &self.kernels.main, shape, self.params.as_ref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pow2_alpha() {
+        assert_eq!(pow2_f32(16384.0), Some(16384.0));
+        assert_eq!(pow2_f32(8192.0 * 0.5), Some(4096.0));
+        assert_eq!(pow2_f32(0.75 * 16384.0), None);
+        assert_eq!(pow2_f32(0.0), None);
+        assert_eq!(pow2_f32(-2.0), Some(-2.0));
+        assert_eq!(pow2_f32(2f64.powi(200)), None);
+    }
+}
