@@ -49,7 +49,7 @@ pub fn main(args: Args) -> nvfp4::Result<ExitCode> {
         (None, None) => unreachable!("clap requires --case or --shape"),
     };
     let mut p = generate(&shape, args.seed)?;
-    p.set_alpha(args.alpha);
+    p.set_alpha(args.alpha)?;
     let p = p.with_layout(args.scales);
     nvfp4::io::save_problem(&args.output, &p)?;
     if args.json {

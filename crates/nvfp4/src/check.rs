@@ -203,7 +203,7 @@ pub fn cases(kind: ProblemKind, seed: u64) -> Vec<CaseSpec> {
 /// Builds the problem a case describes (plain scales, alpha set).
 pub fn case_problem(spec: &CaseSpec) -> crate::Result<Problem> {
     let mut p = problem::generate(&spec.shape, spec.seed)?;
-    p.set_alpha(spec.alpha);
+    p.set_alpha(spec.alpha)?;
     Ok(p)
 }
 

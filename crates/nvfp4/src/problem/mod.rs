@@ -3,6 +3,7 @@
 
 mod catalogue;
 mod extra;
+mod footprint;
 mod generate;
 mod instance;
 mod rng;
