@@ -16,7 +16,7 @@ pub struct Args {
 }
 
 pub fn main(args: Args) -> nvfp4::Result<ExitCode> {
-    let summary = nvfp4::io::quantize_file(&args.input, &args.output)?;
+    let summary = nvfp4::io::quantize_file(&args.input, &args.output, Default::default())?;
     println!("{summary}");
     Ok(ExitCode::SUCCESS)
 }

@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 use safetensors::tensor::{Metadata, SafeTensorError};
 use safetensors::{Dtype, SafeTensors, View};
 
+use super::atomic::write_atomically;
+use crate::memory::{ensure_host, try_zeroed};
 use crate::{Error, Result};
 
 /// What [`Error::File`] names when the bytes came from memory rather than a path.
@@ -133,6 +135,11 @@ impl Archive<'static> {
 }
 
 impl Archive<'_> {
+    /// Bytes of tensor data the header describes (validated against the file's length).
+    pub(crate) fn data_len(&self) -> u64 {
+        self.meta.data_len() as u64
+    }
+
     /// The path errors name.
     pub(crate) fn origin(&self) -> &Path {
         &self.origin
@@ -151,6 +158,12 @@ impl Archive<'_> {
     /// Tensor names in file order (by data offset).
     pub(crate) fn names(&self) -> Vec<String> {
         self.meta.offset_keys()
+    }
+
+    /// Bytes of tensor `name`'s data, if present.
+    pub(crate) fn byte_len(&self, name: &str) -> Option<u64> {
+        let (start, end) = self.meta.info(name)?.data_offsets;
+        Some(end.checked_sub(start)? as u64)
     }
 
     /// The `__metadata__` string map of the header, if any.
@@ -203,22 +216,19 @@ impl Archive<'_> {
                 // Offsets were validated against the file length on open; re-check for a file that
                 // shrank since.
                 let len = end.checked_sub(start).ok_or_else(short)?;
+                let what = format!("reading tensor `{name}` of {}", self.origin.display());
+                ensure_host(&what, Some(len as u64))?;
+                let mut buf = try_zeroed(&what, len)?;
                 let mut f = file;
                 f.seek(SeekFrom::Start(data_start + start as u64)).map_err(|e| io_err(&self.origin, e))?;
-                let mut buf = Vec::new();
-                f.take(len as u64).read_to_end(&mut buf).map_err(|e| io_err(&self.origin, e))?;
-                if buf.len() != len {
-                    return Err(short());
-                }
+                f.read_exact(&mut buf).map_err(|e| match e.kind() {
+                    std::io::ErrorKind::UnexpectedEof => short(),
+                    _ => io_err(&self.origin, e),
+                })?;
                 Ok(Cow::Owned(buf))
             }
         }
     }
-}
-
-/// Reads a whole file into memory, as the io error that names the path on failure.
-pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| io_err(path, e))
 }
 
 fn parse_err(origin: &Path, e: &SafeTensorError) -> Error {
@@ -296,12 +306,15 @@ impl<'a> Writer<'a> {
             .map_err(|e| file_err(Path::new(IN_MEMORY), format!("cannot serialize: {e}")))
     }
 
-    /// Writes the file to `path`, streaming the tensors.
+    /// Writes the file to `path`, streaming the tensors into a temporary file that replaces
+    /// `path` only once complete ([`write_atomically`]).
     pub(crate) fn write(self, path: &Path) -> Result<()> {
         let (entries, meta) = self.parts();
-        safetensors::serialize_to_file(entries, meta, path).map_err(|e| match e {
-            SafeTensorError::IoError(source) => io_err(path, source),
-            other => file_err(path, format!("cannot serialize: {other}")),
+        write_atomically(path, |tmp| {
+            safetensors::serialize_to_file(entries, meta, tmp).map_err(|e| match e {
+                SafeTensorError::IoError(source) => io_err(path, source),
+                other => file_err(path, format!("cannot serialize: {other}")),
+            })
         })
     }
 }
