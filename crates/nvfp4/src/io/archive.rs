@@ -14,7 +14,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use safetensors::tensor::{Metadata, SafeTensorError};
-use safetensors::{Dtype, SafeTensors, View};
+use safetensors::{Dtype, View};
 
 use super::atomic::write_atomically;
 use crate::memory::{ensure_host, try_zeroed};
@@ -80,16 +80,55 @@ pub(crate) struct Archive<'a> {
     src: Source<'a>,
 }
 
+/// The header length that a file of `file_len` bytes declares in its first 8 bytes, refused
+/// when the header could not fit in the file.
+fn header_len(prefix: [u8; LEN_BYTES as usize], file_len: u64, origin: &Path) -> Result<u64> {
+    let n = u64::from_le_bytes(prefix);
+    if n > MAX_HEADER_BYTES || n > file_len - LEN_BYTES {
+        return Err(file_err(
+            origin,
+            format!("header length {n} is impossible for a file of {file_len} bytes (not safetensors, or truncated)"),
+        ));
+    }
+    Ok(n)
+}
+
+/// Parses the JSON header of a file of `file_len` bytes and checks that its tensors' data
+/// covers the rest of the file exactly. Deserializing [`Metadata`] validates the offsets and every
+/// tensor's byte length against its shape and dtype (safetensors' own checks); every sum here is
+/// checked, so offsets near the end of the address space are refused, not wrapped around.
+fn parse_header(header: &[u8], file_len: u64, origin: &Path) -> Result<Metadata> {
+    let meta: Metadata = serde_json::from_slice(header)
+        .map_err(|e| file_err(origin, format!("not a valid safetensors file: bad header: {e}")))?;
+    let data_start = LEN_BYTES + header.len() as u64;
+    let data_len = meta.data_len() as u64;
+    if data_start.checked_add(data_len) != Some(file_len) {
+        return Err(file_err(
+            origin,
+            format!(
+                "header describes {data_len} bytes of tensor data, the file holds {} (truncated or corrupt)",
+                file_len - data_start
+            ),
+        ));
+    }
+    Ok(meta)
+}
+
+/// The error for a file too short to hold the length prefix.
+fn too_short(file_len: u64, origin: &Path) -> Error {
+    file_err(origin, format!("{file_len} bytes is too short for a safetensors file"))
+}
+
 impl<'a> Archive<'a> {
     /// Parses a whole file held in memory; `origin` is the path errors name.
     pub(crate) fn from_bytes(bytes: &'a [u8], origin: &Path) -> Result<Self> {
-        let (n, meta) = SafeTensors::read_metadata(bytes).map_err(|e| parse_err(origin, &e))?;
-        // read_metadata checked that 8 + n + data bytes is exactly the buffer length.
-        let data = LEN_BYTES
-            .checked_add(n as u64)
-            .and_then(|start| bytes.get(usize::try_from(start).ok()?..))
-            .ok_or_else(|| file_err(origin, "header length runs past the end of the file"))?;
-        Ok(Self { meta, origin: origin.to_path_buf(), src: Source::Mem(data) })
+        let file_len = bytes.len() as u64;
+        let head = bytes.get(..LEN_BYTES as usize).and_then(|p| p.try_into().ok());
+        let n = header_len(head.ok_or_else(|| too_short(file_len, origin))?, file_len, origin)?;
+        // n <= file_len - 8, so both ends lie inside the buffer.
+        let start = (LEN_BYTES + n) as usize;
+        let meta = parse_header(&bytes[LEN_BYTES as usize..start], file_len, origin)?;
+        Ok(Self { meta, origin: origin.to_path_buf(), src: Source::Mem(&bytes[start..]) })
     }
 }
 
@@ -100,37 +139,16 @@ impl Archive<'static> {
         let mut file = File::open(path).map_err(|e| io_err(path, e))?;
         let file_len = file.metadata().map_err(|e| io_err(path, e))?.len();
         if file_len < LEN_BYTES {
-            return Err(file_err(path, format!("{file_len} bytes is too short for a safetensors file")));
+            return Err(too_short(file_len, path));
         }
-        let mut len = [0u8; LEN_BYTES as usize];
-        file.read_exact(&mut len).map_err(|e| io_err(path, e))?;
-        let n = u64::from_le_bytes(len);
-        if n > MAX_HEADER_BYTES || n > file_len - LEN_BYTES {
-            return Err(file_err(
-                path,
-                format!(
-                    "header length {n} is impossible for a file of {file_len} bytes (not safetensors, or truncated)"
-                ),
-            ));
-        }
+        let mut head = [0u8; LEN_BYTES as usize];
+        file.read_exact(&mut head).map_err(|e| io_err(path, e))?;
+        let n = header_len(head, file_len, path)?;
         // n <= MAX_HEADER_BYTES, so this fits any usize we run on.
         let mut header = vec![0u8; n as usize];
         file.read_exact(&mut header).map_err(|e| io_err(path, e))?;
-        // Deserializing Metadata validates offsets and per-tensor sizes (safetensors' own checks).
-        let meta: Metadata = serde_json::from_slice(&header)
-            .map_err(|e| file_err(path, format!("not a safetensors file: bad header: {e}")))?;
-        let data_start = LEN_BYTES + n;
-        let data_len = meta.data_len() as u64;
-        if data_start.checked_add(data_len) != Some(file_len) {
-            return Err(file_err(
-                path,
-                format!(
-                    "header describes {data_len} bytes of tensor data, the file holds {} (truncated or corrupt)",
-                    file_len - data_start
-                ),
-            ));
-        }
-        Ok(Self { meta, origin: path.to_path_buf(), src: Source::Disk { file, data_start } })
+        let meta = parse_header(&header, file_len, path)?;
+        Ok(Self { meta, origin: path.to_path_buf(), src: Source::Disk { file, data_start: LEN_BYTES + n } })
     }
 }
 
@@ -229,10 +247,6 @@ impl Archive<'_> {
             }
         }
     }
-}
-
-fn parse_err(origin: &Path, e: &SafeTensorError) -> Error {
-    file_err(origin, format!("not a valid safetensors file (truncated or corrupt): {e}"))
 }
 
 /// The `__metadata__` map of a header.
