@@ -151,4 +151,8 @@ fn running_an_output_larger_than_the_host_is_refused() {
     assert!(needed >= (m * n * 2) as u64, "needed {needed} does not even count the output");
     assert!(what.contains("1000000x1000000x16") && what.contains("cpu"), "{what}");
     assert_eq!(p.run_host_bytes(&CpuBackend), Some(needed));
+    // The CPU backend's share beside the output, as the backend itself can ask for it.
+    let working = nvfp4::problem::cpu_working_bytes(1, m, n, k, 1).unwrap();
+    assert_eq!(needed, (m * n * 2) as u64 + working);
+    assert!(working >= (m * n * 8) as u64, "the f64 sums alone are 8 bytes per output element");
 }

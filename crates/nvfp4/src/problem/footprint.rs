@@ -50,10 +50,10 @@ impl Shape {
     }
 }
 
-/// Host bytes the CPU backend uses for one GEMM-shaped product beside its f16 output: the f64
+/// Host bytes the CPU backend uses for one GEMM-shaped operation beside its f16 output: the f64
 /// sums of every batch (`sums` products at once: 2 for the dual GEMM), the per-batch tile results
-/// and one batch of both operands decoded to f32. Mirrors `backend/cpu.rs`.
-fn cpu_working_bytes(l: usize, m: usize, n: usize, k: usize, sums: usize) -> Option<u64> {
+/// and one batch of both operands decoded to f32. Mirrors `backend/cpu.rs`; `None` on overflow.
+pub fn cpu_working_bytes(l: usize, m: usize, n: usize, k: usize, sums: usize) -> Option<u64> {
     checked_sum([
         checked_product(&[l, m, n, 8, sums]),
         checked_product(&[m, n, 8]),

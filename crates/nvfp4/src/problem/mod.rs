@@ -10,6 +10,7 @@ mod rng;
 
 pub use catalogue::{bench_shapes, large_shapes, test_shapes, Case};
 pub use extra::extra_shapes;
+pub use footprint::cpu_working_bytes;
 pub use generate::generate;
 pub use instance::{Output, Problem};
 pub use rng::Rng;
