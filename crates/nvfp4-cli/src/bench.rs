@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use nvfp4::bench::{self, Options, ShapeSet, DEFAULT_SAMPLES, DEFAULT_WARMUP};
 use nvfp4::ProblemKind;
 
+use crate::exit::Outcome;
+
 /// Arguments of `nvfp4 bench`.
 #[derive(clap::Args)]
 pub struct Args {
@@ -16,7 +18,8 @@ pub struct Args {
     /// Shape catalogue: bench (leaderboard), test (correctness) or large (GEMM 4096³ and 8192³).
     #[arg(long, default_value = "bench", value_parser = parse_shapes)]
     shapes: ShapeSet,
-    /// Write the report as JSON to this file.
+    /// Write the report as JSON to this file (unlike the other subcommands' `--json` flag, which
+    /// prints to stdout: the table stays on stdout here).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
     /// Timed samples per measurement, each with the L2 flushed (at least 20).
@@ -35,7 +38,7 @@ fn parse_shapes(s: &str) -> Result<ShapeSet, String> {
     s.parse().map_err(|e: nvfp4::Error| e.to_string())
 }
 
-pub fn main(args: Args) -> nvfp4::Result<ExitCode> {
+pub fn main(args: Args) -> Outcome {
     let opts = Options {
         problems: args.problem.map_or_else(|| ProblemKind::ALL.to_vec(), |p| vec![p]),
         shapes: args.shapes,
@@ -45,7 +48,8 @@ pub fn main(args: Args) -> nvfp4::Result<ExitCode> {
     let report = bench::run(&opts, &mut |line| eprintln!("{line}"))?;
     print!("{}", report.table());
     if let Some(path) = &args.json {
-        report.write_json(path)?;
+        // Through a temporary file, so an interrupted run never leaves half a report.
+        nvfp4::io::write_bytes_atomically(path, format!("{}\n", report.to_json()?).as_bytes())?;
         eprintln!("wrote {}", path.display());
     }
     Ok(if report.all_passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })

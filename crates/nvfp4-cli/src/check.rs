@@ -5,9 +5,10 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use nvfp4::backend::{open, BackendChoice};
-use nvfp4::check::{cases, mode_for, run_case, CaseSpec};
+use nvfp4::check::{cases, mode_for, run_case, what_check_proves, CaseSpec};
 use nvfp4::problem::ProblemKind;
 
+use crate::exit::Outcome;
 use crate::ui::Progress;
 
 /// Arguments of `nvfp4 check`.
@@ -42,7 +43,7 @@ impl Row {
     }
 }
 
-pub fn main(args: Args) -> nvfp4::Result<ExitCode> {
+pub fn main(args: Args) -> Outcome {
     let (backend, note) = open(args.backend)?;
     if !args.json {
         eprintln!("{note}");
@@ -120,6 +121,7 @@ fn print_table(rows: &[Row], backend: &str) {
     }
     let failed = rows.iter().filter(|r| !r.passed()).count();
     println!("{} passed, {failed} failed", rows.len() - failed);
+    println!("\nWhat this shows: {}", what_check_proves(backend));
 }
 
 fn truncate(s: &str, n: usize) -> String {
@@ -149,6 +151,9 @@ fn print_json(rows: &[Row], backend: &str) {
     let failed = rows.iter().filter(|r| !r.passed()).count();
     println!(
         "{}",
-        serde_json::json!({"backend": backend, "passed": rows.len() - failed, "failed": failed, "cases": items})
+        serde_json::json!({
+            "backend": backend, "passed": rows.len() - failed, "failed": failed,
+            "what_this_shows": what_check_proves(backend), "cases": items,
+        })
     );
 }

@@ -1,10 +1,13 @@
-//! `nvfp4 gen`: draw a seeded problem with the SPEC distributions and save it.
+//! `nvfp4 gen`: draw a seeded problem with the documented distributions and save it.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use nvfp4::memory::{checked_sum, ensure_host};
 use nvfp4::problem::{generate, Case, ProblemKind, Shape};
 use nvfp4::ScaleLayout;
+
+use crate::exit::{usage, Outcome};
 
 /// Arguments of `nvfp4 gen`.
 #[derive(clap::Args)]
@@ -23,10 +26,10 @@ pub struct Args {
     /// Scale layout written to the file: plain [L, rows, K/16] or blocked [L, R, C, 512].
     #[arg(long, default_value = "plain", value_parser = parse_layout)]
     scales: ScaleLayout,
-    /// Optional FP32 alpha stored in the file and applied before rounding.
-    #[arg(long)]
+    /// Optional FP32 alpha stored in the file and applied before rounding (finite).
+    #[arg(long, value_parser = parse_alpha, allow_hyphen_values = true)]
     alpha: Option<f32>,
-    /// Output safetensors file.
+    /// Output safetensors file (written whole, then renamed into place).
     #[arg(short, long)]
     output: PathBuf,
     /// Print a JSON summary instead of text.
@@ -42,31 +45,53 @@ pub fn parse_layout(s: &str) -> Result<ScaleLayout, String> {
     }
 }
 
-pub fn main(args: Args) -> nvfp4::Result<ExitCode> {
-    let shape = match (&args.case, &args.shape) {
-        (Some(case), _) => case.shape(args.problem)?,
-        (None, Some(s)) => Shape::parse(args.problem, s)?,
-        (None, None) => unreachable!("clap requires --case or --shape"),
-    };
+/// A finite f32: an alpha of inf or NaN would make every output element inf or NaN.
+fn parse_alpha(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(a) if a.is_finite() => Ok(a),
+        Ok(a) => Err(format!("alpha must be finite, got {a}")),
+        Err(e) => Err(format!("`{s}` is not a number: {e}")),
+    }
+}
+
+/// The shape the arguments name; every failure is a usage error (the catalogue and the shape
+/// rules are known without reading anything).
+fn shape_of(args: &Args) -> Result<Shape, crate::exit::Failure> {
+    match (&args.case, &args.shape) {
+        (Some(case), _) => case.shape(args.problem).map_err(usage),
+        (None, Some(s)) => Shape::parse(args.problem, s).map_err(usage),
+        (None, None) => Err(usage("one of --case or --shape is required")),
+    }
+}
+
+pub fn main(args: Args) -> Outcome {
+    let shape = shape_of(&args)?;
+    // The generated operands, plus each operand's scales once more while they change layout.
+    let extra = if args.scales == ScaleLayout::Plain { Some(0) } else { shape.scale_bytes(args.scales) };
+    let needed = checked_sum([shape.input_bytes(ScaleLayout::Plain), extra]);
+    ensure_host(&format!("generating {} {shape} with {:?} scales", args.problem, args.scales), needed)?;
     let mut p = generate(&shape, args.seed)?;
-    p.set_alpha(args.alpha);
-    let p = p.with_layout(args.scales);
+    p.set_alpha(args.alpha)?;
+    let p = p.into_layout(args.scales);
     nvfp4::io::save_problem(&args.output, &p)?;
+    drop(p);
+    let file_bytes =
+        std::fs::metadata(&args.output).map_err(|source| nvfp4::Error::Io { path: args.output.clone(), source })?.len();
     if args.json {
         let v = serde_json::json!({
             "problem": args.problem.name(), "shape": shape.to_string(), "seed": args.seed,
-            "scales": format!("{:?}", args.scales).to_lowercase(), "bytes": p.bytes(),
-            "output": args.output.display().to_string(),
+            "scales": format!("{:?}", args.scales).to_lowercase(), "alpha": args.alpha,
+            "file_bytes": file_bytes, "output": args.output.display().to_string(),
         });
         println!("{v}");
     } else {
         println!(
-            "{} {shape} (seed {}, {:?} scales, {:.1} MB) -> {}",
+            "{} {shape} (seed {}, {:?} scales) -> {} ({file_bytes} bytes, {:.1} MB)",
             args.problem,
             args.seed,
             args.scales,
-            p.bytes() as f64 / 1e6,
-            args.output.display()
+            args.output.display(),
+            file_bytes as f64 / 1e6
         );
     }
     Ok(ExitCode::SUCCESS)

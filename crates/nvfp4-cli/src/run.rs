@@ -7,6 +7,8 @@ use std::time::Instant;
 use nvfp4::backend::{open, BackendChoice};
 use nvfp4::problem::ProblemKind;
 
+use crate::exit::Outcome;
+
 /// Arguments of `nvfp4 run`.
 #[derive(clap::Args)]
 pub struct Args {
@@ -15,7 +17,8 @@ pub struct Args {
     /// Input case file (as written by `nvfp4 gen`).
     #[arg(short, long)]
     input: PathBuf,
-    /// Output safetensors file (`c`, or `c_g{i}` per group).
+    /// Output safetensors file (`c`, or `c_g{i}` per group); written whole, then renamed into
+    /// place. It may not be the input file.
     #[arg(short, long)]
     output: PathBuf,
     /// auto (cuda when a GPU is present), cpu or cuda.
@@ -26,7 +29,8 @@ pub struct Args {
     json: bool,
 }
 
-pub fn main(args: Args) -> nvfp4::Result<ExitCode> {
+pub fn main(args: Args) -> Outcome {
+    nvfp4::io::refuse_same_file(&args.input, &args.output)?;
     let p = nvfp4::io::load_problem(&args.input, args.problem)?;
     let (backend, note) = open(args.backend)?;
     if !args.json {
@@ -35,6 +39,7 @@ pub fn main(args: Args) -> nvfp4::Result<ExitCode> {
     let t0 = Instant::now();
     let out = p.run(backend.as_ref())?;
     let secs = t0.elapsed().as_secs_f64();
+    drop(p);
     nvfp4::io::save_output(&args.output, &out)?;
     let shapes: Vec<[usize; 3]> = out.tensors().iter().map(|t| t.shape()).collect();
     if args.json {

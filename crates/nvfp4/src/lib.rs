@@ -3,7 +3,8 @@
 //!
 //! Layers: [`format`] (codecs, packing, quantizer, scale layouts, tensors), [`problem`] (shapes,
 //! catalogue, generators), [`ops`] (the operation API and the [`Backend`] trait), [`backend`]
-//! (cpu, cuda), [`check`] (the SPEC §4 comparison) and [`io`] (safetensors files).
+//! (cpu, cuda), [`check`] (the SPEC §4 comparison), [`io`] (safetensors files) and [`memory`]
+//! (what the host can give, checked before allocating).
 
 pub mod backend;
 pub mod bench;
@@ -11,6 +12,7 @@ pub mod check;
 mod error;
 pub mod format;
 pub mod io;
+pub mod memory;
 pub mod ops;
 pub mod problem;
 

@@ -60,7 +60,8 @@ fn same_k(what: &str, x: &Nvfp4Tensor, y: &Nvfp4Tensor) -> Result<()> {
     Ok(())
 }
 
-fn check_alpha(alpha: Option<f32>) -> Result<()> {
+/// Refuses a non-finite alpha.
+pub(crate) fn check_alpha(alpha: Option<f32>) -> Result<()> {
     match alpha {
         Some(a) if !a.is_finite() => Err(Error::Invalid(format!("alpha must be finite, got {a}"))),
         _ => Ok(()),

@@ -11,7 +11,7 @@ use half::{bf16, f16};
 use nvfp4::io::{
     load_compressed_tensors_weight, load_modelopt_weight, load_output, load_problem, load_weight, output_from_bytes,
     output_to_bytes, problem_from_bytes, problem_to_bytes, quantize_file, save_output, save_problem,
-    stored_problem_kind, weight_from_bytes, WeightConvention, PROBLEM_KEY,
+    stored_problem_kind, weight_from_bytes, QuantizeOptions, SkipReason, WeightConvention, PROBLEM_KEY,
 };
 use nvfp4::problem::{generate, Rng};
 use nvfp4::{CpuBackend, Error, Nvfp4Tensor, Output, Problem, ProblemKind, ScaleLayout, Shape};
@@ -251,13 +251,19 @@ fn mixed_layouts_and_global_scales_round_trip() {
 }
 
 #[test]
-fn plain_scales_win_when_a_file_has_both_layouts() {
+fn both_scale_layouts_for_one_operand_are_refused() {
+    // Plain scales in the file, plus a blocked copy of other bytes: which one is meant is unknown.
     let p = generate(&Shape::Gemm { m: 40, n: 24, k: 64, l: 1 }, 7).unwrap();
     let bytes = edit(&problem_to_bytes(&p).unwrap(), |m| {
-        // A blocked copy full of different bytes must be ignored.
-        m.insert("sfa_blocked".into(), (Dtype::F8_E4M3, vec![1, 1, 1, 512], vec![0x7E; 512]));
+        m.insert("sfb_blocked".into(), (Dtype::F8_E4M3, vec![1, 1, 1, 512], vec![0x7E; 512]));
     });
-    assert_eq!(problem_from_bytes(&bytes, ProblemKind::Gemm).unwrap(), p);
+    assert_tensor_err(problem_from_bytes(&bytes, ProblemKind::Gemm), "sfb_blocked", &["`sfb`", "one scale layout"]);
+    // The same in a grouped file, for one group only.
+    let p = generate(&small_shape(ProblemKind::GroupedGemm), 3).unwrap();
+    let bytes = edit(&problem_to_bytes(&p.with_layout(ScaleLayout::Blocked)).unwrap(), |m| {
+        m.insert("sfa_g1".into(), (Dtype::F8_E4M3, vec![1, 72, 2], vec![0x38; 144]));
+    });
+    assert_tensor_err(problem_from_bytes(&bytes, ProblemKind::GroupedGemm), "sfa_blocked_g1", &["`sfa_g1`"]);
 }
 
 #[test]
@@ -317,7 +323,9 @@ fn output_errors_name_the_tensor() {
     let gemm = generate(&Shape::Gemm { m: 8, n: 2, k: 16, l: 1 }, 1).unwrap();
     let bytes = output_to_bytes(&gemm.run(&CpuBackend).unwrap()).unwrap();
     assert_tensor_err(output_from_bytes(&bytes, ProblemKind::Gemv), "c", &["F16 [L, M, 1]", "[1, 8, 2]"]);
-    assert_tensor_err(output_from_bytes(&bytes, ProblemKind::GroupedGemm), "c_g0", &["missing"]);
+    assert_tensor_err(output_from_bytes(&bytes, ProblemKind::GroupedGemm), "c", &["no group suffix"]);
+    let empty = build(&BTreeMap::new(), None);
+    assert_tensor_err(output_from_bytes(&empty, ProblemKind::GroupedGemm), "c_g0", &["missing"]);
     let wrong = edit(&bytes, |m| {
         m.insert("c".into(), (Dtype::F32, vec![1, 8, 2], vec![0; 64]));
     });
@@ -339,25 +347,27 @@ fn missing_tensor() {
         m.remove("sfb");
     });
     assert_tensor_err(problem_from_bytes(&no_sfb, ProblemKind::Gemm), "sfb", &["missing", "sfb_blocked"]);
-    // A gemm file read as a dual gemm (without the kind metadata) lacks b1.
+    // A gemm file read as a dual gemm (without the kind metadata): its `b` tensors are not
+    // part of a dual gemm. Without them, `b1` is missing.
     let (map, _) = parse(&bytes);
     let anonymous = build(&map, None);
-    assert_tensor_err(problem_from_bytes(&anonymous, ProblemKind::DualGemm), "b1", &["missing"]);
+    match problem_from_bytes(&anonymous, ProblemKind::DualGemm) {
+        Err(Error::Tensor { name, msg }) => {
+            assert!(name == "b" || name == "sfb", "names `{name}`: {msg}");
+            assert!(msg.contains("not part of a dual-gemm case"), "{msg}");
+        }
+        other => panic!("expected Error::Tensor, got {other:?}"),
+    }
+    let only_a = edit(&anonymous, |m| m.retain(|name, _| name.ends_with('a')));
+    assert_tensor_err(problem_from_bytes(&only_a, ProblemKind::DualGemm), "b1", &["missing"]);
 
     let grouped = problem_to_bytes(&generate(&small_shape(ProblemKind::GroupedGemm), 1).unwrap()).unwrap();
     let no_b1 = edit(&grouped, |m| {
         m.remove("b_g1");
     });
     assert_tensor_err(problem_from_bytes(&no_b1, ProblemKind::GroupedGemm), "b_g1", &["missing"]);
-    assert_tensor_err(problem_from_bytes(&anonymous, ProblemKind::GroupedGemm), "a_g0", &["missing"]);
-    // The group count is the run of a_g{i} from 0: removing a_g1 leaves one group.
-    let no_a1 = edit(&grouped, |m| {
-        m.remove("a_g1");
-    });
-    let Problem::GroupedGemm(g) = problem_from_bytes(&no_a1, ProblemKind::GroupedGemm).unwrap() else {
-        panic!("not grouped")
-    };
-    assert_eq!(g.groups.len(), 1);
+    let alpha_only = build(&BTreeMap::from([("alpha_g0".to_string(), (Dtype::F32, vec![], f32_bytes(&[1.0])))]), None);
+    assert_tensor_err(problem_from_bytes(&alpha_only, ProblemKind::GroupedGemm), "a_g0", &["missing"]);
 }
 
 #[test]
@@ -510,7 +520,7 @@ fn nonexistent_path() {
         load_output(&path, ProblemKind::Gemm).map(|_| ()),
         load_modelopt_weight(&path, "").map(|_| ()),
         stored_problem_kind(&path).map(|_| ()),
-        quantize_file(&path, &tmp("never-written")).map(|_| ()),
+        quantize_file(&path, &tmp("never-written"), QuantizeOptions::default()).map(|_| ()),
     ] {
         match r {
             Err(Error::Io { path: p, source }) => {
@@ -787,7 +797,7 @@ fn quantize_file_f32_f16_bf16() {
     let output = tmp("dense-out");
     std::fs::write(&input, build(&m, Some(meta))).unwrap();
 
-    let summary = quantize_file(&input, &output).unwrap();
+    let summary = quantize_file(&input, &output, QuantizeOptions::default()).unwrap();
     let mut quantized: Vec<_> = summary.quantized.iter().map(|(n, s)| (n.as_str(), *s)).collect();
     quantized.sort();
     assert_eq!(
@@ -800,12 +810,23 @@ fn quantize_file_f32_f16_bf16() {
             ("small.weight", [2, 32])
         ]
     );
-    let mut copied = summary.copied.clone();
-    copied.sort();
-    assert_eq!(copied, vec!["cube", "ids", "layer.bias", "odd.weight"]);
+    let mut skipped: Vec<_> = summary.skipped.iter().map(|s| (s.name.as_str(), s.reason.clone())).collect();
+    skipped.sort_by(|a, b| a.0.cmp(b.0));
+    assert_eq!(
+        skipped,
+        vec![
+            ("cube", SkipReason::NotTwoD),
+            ("ids", SkipReason::Dtype),
+            ("layer.bias", SkipReason::NotTwoD),
+            ("odd.weight", SkipReason::KNotMultipleOf16)
+        ]
+    );
     let shown = summary.to_string();
     for name in ["layer.weight", "emb.weight", "lm_head", "ids", "odd.weight"] {
         assert!(shown.contains(name), "summary lacks {name}:\n{shown}");
+    }
+    for why in ["K = 24 is not a multiple of 16", "I32 is not a dtype", "3-D", "1-D"] {
+        assert!(shown.contains(why), "summary lacks the reason `{why}`:\n{shown}");
     }
 
     let (out, out_meta) = parse(&std::fs::read(&output).unwrap());
@@ -837,17 +858,17 @@ fn quantize_file_refuses_non_finite_and_name_clashes() {
     x[17] = f32::NAN;
     let m = BTreeMap::from([("w".to_string(), (Dtype::F32, vec![2, 16], f32_bytes(&x)))]);
     std::fs::write(&input, build(&m, None)).unwrap();
-    assert_tensor_err(quantize_file(&input, &output), "w", &["element 17"]);
+    assert_tensor_err(quantize_file(&input, &output, QuantizeOptions::default()), "w", &["element 17"]);
 
     let m = BTreeMap::from([
         ("w".to_string(), (Dtype::F32, vec![2, 16], f32_bytes(&[0.5; 32]))),
         ("w_scale".to_string(), (Dtype::F32, vec![2], f32_bytes(&[1.0, 1.0]))),
     ]);
     std::fs::write(&input, build(&m, None)).unwrap();
-    assert_tensor_err(quantize_file(&input, &output), "w_scale", &["two tensors"]);
+    assert_tensor_err(quantize_file(&input, &output, QuantizeOptions::default()), "w_scale", &["two tensors"]);
 
     std::fs::write(&input, b"not safetensors").unwrap();
-    assert_file_err(quantize_file(&input, &output));
+    assert_file_err(quantize_file(&input, &output, QuantizeOptions::default()));
     std::fs::remove_file(&input).unwrap();
     let _ = std::fs::remove_file(&output);
 }
@@ -864,9 +885,9 @@ fn quantize_file_reads_unaligned_data() {
     let input = tmp("unaligned-in");
     let output = tmp("unaligned-out");
     std::fs::write(&input, &bytes).unwrap();
-    let s = quantize_file(&input, &output).unwrap();
+    let s = quantize_file(&input, &output, QuantizeOptions::default()).unwrap();
     assert_eq!(s.quantized, vec![("w".to_string(), [2, 16])]);
-    assert_eq!(s.copied, vec!["pad".to_string()]);
+    assert_eq!(s.skipped.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), vec!["pad"]);
     let (t, conv) = {
         // `w` is not `<prefix>weight`; read its three tensors through a renamed copy.
         let (map, _) = parse(&std::fs::read(&output).unwrap());
@@ -878,6 +899,52 @@ fn quantize_file_reads_unaligned_data() {
     };
     assert_eq!(conv, WeightConvention::ModelOpt);
     check_quantized("w", &t, &x, 0);
+    std::fs::remove_file(&input).unwrap();
+    std::fs::remove_file(&output).unwrap();
+}
+
+#[test]
+fn quantize_names_every_skip_and_strict_mode_refuses_any() {
+    // Nothing here can be quantized: K = 40, 1-D, 3-D, F64.
+    let m = BTreeMap::from([
+        ("odd".to_string(), (Dtype::F32, vec![2, 40], f32_bytes(&[0.5; 80]))),
+        ("bias".to_string(), (Dtype::F16, vec![4], vec![0; 8])),
+        ("cube".to_string(), (Dtype::BF16, vec![2, 2, 16], vec![0; 128])),
+        ("wide".to_string(), (Dtype::F64, vec![1, 16], vec![0; 128])),
+    ]);
+    let input = tmp("skips-in");
+    let output = tmp("skips-out");
+    let _ = std::fs::remove_file(&output);
+    std::fs::write(&input, build(&m, None)).unwrap();
+
+    let r = quantize_file(&input, &output, QuantizeOptions { strict: true });
+    match &r {
+        Err(Error::Tensor { name, msg }) => {
+            assert!(m.contains_key(name), "{name}");
+            for n in m.keys() {
+                assert!(msg.contains(n.as_str()), "`{msg}` does not name `{n}`");
+            }
+        }
+        other => panic!("expected a refusal in strict mode, got {other:?}"),
+    }
+    assert!(!output.exists(), "strict mode wrote {}", output.display());
+
+    let s = quantize_file(&input, &output, QuantizeOptions::default()).unwrap();
+    assert!(s.quantized.is_empty());
+    let reasons: BTreeMap<&str, &SkipReason> = s.skipped.iter().map(|k| (k.name.as_str(), &k.reason)).collect();
+    assert_eq!(
+        reasons,
+        BTreeMap::from([
+            ("bias", &SkipReason::NotTwoD),
+            ("cube", &SkipReason::NotTwoD),
+            ("odd", &SkipReason::KNotMultipleOf16),
+            ("wide", &SkipReason::Dtype)
+        ])
+    );
+    let (out, _) = parse(&std::fs::read(&output).unwrap());
+    for (name, t) in &m {
+        assert_eq!(&out[name], t, "{name} copied unchanged");
+    }
     std::fs::remove_file(&input).unwrap();
     std::fs::remove_file(&output).unwrap();
 }

@@ -1,6 +1,8 @@
 //! Scale-factor layouts. Plain: K-major `[L, rows, K/16]`. Blocked: the cuBLAS "128x4" tile that
 //! Blackwell tensor cores read, `[L, R, C, 512]` with R = ceil(rows/128), C = ceil((K/16)/4).
 
+use crate::memory::checked_product;
+
 /// Which of the two scale layouts a buffer is in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ScaleLayout {
@@ -18,6 +20,17 @@ impl ScaleLayout {
             ScaleLayout::Blocked => {
                 let (r, c) = blocked_dims(rows, k / 16);
                 l * r * c * 512
+            }
+        }
+    }
+
+    /// [`Self::len`] computed without overflow: `None` when it does not fit in 64 bits.
+    pub fn checked_len(self, l: usize, rows: usize, k: usize) -> Option<u64> {
+        match self {
+            ScaleLayout::Plain => checked_product(&[l, rows, k / 16]),
+            ScaleLayout::Blocked => {
+                let (r, c) = blocked_dims(rows, k / 16);
+                checked_product(&[l, r, c, 512])
             }
         }
     }

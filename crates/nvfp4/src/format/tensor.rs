@@ -5,6 +5,7 @@ use half::f16;
 use super::e2m1::e2m1_to_f32;
 use super::e4m3::e4m3_to_f32;
 use super::layout::{blocked_to_plain, plain_to_blocked, ScaleLayout};
+use crate::memory::{checked_product, ensure_within};
 use crate::{Error, Result};
 
 /// An NVFP4 tensor of logical shape `[L, rows, K]` (K in elements), K-major:
@@ -25,23 +26,17 @@ impl Nvfp4Tensor {
     /// Builds a tensor after checking that every buffer matches the shape.
     pub fn new(l: usize, rows: usize, k: usize, values: Vec<u8>, scales: Vec<u8>, layout: ScaleLayout) -> Result<Self> {
         check_dims(l, rows, k)?;
-        let want_values = l * rows * (k / 2);
-        if values.len() != want_values {
-            return Err(Error::BufferSize {
-                what: format!("packed values of [{l}, {rows}, {k}]"),
-                expected: want_values,
-                got: values.len(),
-            });
-        }
-        let want_scales = layout.len(l, rows, k);
-        if scales.len() != want_scales {
-            return Err(Error::BufferSize {
-                what: format!("{layout:?} scales of [{l}, {rows}, {k}]"),
-                expected: want_scales,
-                got: scales.len(),
-            });
-        }
+        let what = format!("packed values of [{l}, {rows}, {k}]");
+        check_len(&what, packed_len(l, rows, k), values.len())?;
+        let what = format!("{layout:?} scales of [{l}, {rows}, {k}]");
+        check_len(&what, layout.checked_len(l, rows, k), scales.len())?;
         Ok(Self { l, rows, k, values, scales, layout, global_scale: 1.0 })
+    }
+
+    /// Bytes of a tensor of this shape with scales in `layout` (packed values plus scales),
+    /// computed without overflow: `None` when the count does not fit in 64 bits.
+    pub fn bytes_for(l: usize, rows: usize, k: usize, layout: ScaleLayout) -> Option<u64> {
+        packed_len(l, rows, k)?.checked_add(layout.checked_len(l, rows, k)?)
     }
 
     /// The same tensor with a per-tensor global scale (ModelOpt `weight_scale_2`).
@@ -101,9 +96,9 @@ impl Nvfp4Tensor {
         &self.values[start..start + w]
     }
 
-    /// The same tensor with its scales converted to `layout`.
-    pub fn to_layout(&self, layout: ScaleLayout) -> Self {
-        let scales = match (self.layout, layout) {
+    /// The scales converted to `layout`.
+    fn scales_in(&self, layout: ScaleLayout) -> Vec<u8> {
+        match (self.layout, layout) {
             (a, b) if a == b => self.scales.clone(),
             (ScaleLayout::Plain, ScaleLayout::Blocked) => {
                 plain_to_blocked(&self.scales, self.l, self.rows, self.sf_cols())
@@ -112,8 +107,17 @@ impl Nvfp4Tensor {
                 blocked_to_plain(&self.scales, self.l, self.rows, self.sf_cols())
             }
             _ => unreachable!("two layouts only"),
-        };
-        Self { scales, layout, ..self.clone() }
+        }
+    }
+
+    /// The same tensor with its scales converted to `layout`.
+    pub fn to_layout(&self, layout: ScaleLayout) -> Self {
+        Self { scales: self.scales_in(layout), layout, values: self.values.clone(), ..*self }
+    }
+
+    /// [`Self::to_layout`], consuming the tensor: the packed values move instead of being copied.
+    pub fn into_layout(self, layout: ScaleLayout) -> Self {
+        Self { scales: self.scales_in(layout), layout, ..self }
     }
 
     /// Decodes one row into `out` (`[K]` f32) as e2m1 * e4m3, without the global scale: exact in
@@ -148,6 +152,21 @@ impl Nvfp4Tensor {
     }
 }
 
+/// Bytes of the packed values of `[l, rows, k]`, `None` on overflow.
+fn packed_len(l: usize, rows: usize, k: usize) -> Option<u64> {
+    checked_product(&[l, rows, k / 2])
+}
+
+/// A buffer of `got` bytes against the `expected` count of its shape (`None`: beyond 64 bits, so
+/// no buffer can match).
+fn check_len(what: &str, expected: Option<u64>, got: usize) -> Result<()> {
+    match expected {
+        Some(e) if e == got as u64 => Ok(()),
+        Some(e) => Err(Error::BufferSize { what: what.to_string(), expected: e as usize, got }),
+        None => ensure_within(what, None, got as u64),
+    }
+}
+
 pub(crate) fn check_dims(l: usize, rows: usize, k: usize) -> Result<()> {
     if l == 0 || rows == 0 || k == 0 {
         return Err(Error::Shape(format!("every dimension must be >= 1, got [L={l}, rows={rows}, K={k}]")));
@@ -170,13 +189,8 @@ pub struct F16Tensor {
 impl F16Tensor {
     /// Wraps `data` after checking its length.
     pub fn new(l: usize, rows: usize, cols: usize, data: Vec<f16>) -> Result<Self> {
-        if data.len() != l * rows * cols {
-            return Err(Error::BufferSize {
-                what: format!("f16 tensor [{l}, {rows}, {cols}]"),
-                expected: l * rows * cols * 2,
-                got: data.len() * 2,
-            });
-        }
+        let what = format!("f16 tensor [{l}, {rows}, {cols}]");
+        check_len(&what, checked_product(&[l, rows, cols, 2]), data.len() * 2)?;
         Ok(Self { l, rows, cols, data })
     }
     /// Batch count.

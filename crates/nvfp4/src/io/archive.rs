@@ -14,8 +14,10 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use safetensors::tensor::{Metadata, SafeTensorError};
-use safetensors::{Dtype, SafeTensors, View};
+use safetensors::{Dtype, View};
 
+use super::atomic::write_atomically;
+use crate::memory::{ensure_host, try_zeroed};
 use crate::{Error, Result};
 
 /// What [`Error::File`] names when the bytes came from memory rather than a path.
@@ -78,16 +80,55 @@ pub(crate) struct Archive<'a> {
     src: Source<'a>,
 }
 
+/// The header length that a file of `file_len` bytes declares in its first 8 bytes, refused
+/// when the header could not fit in the file.
+fn header_len(prefix: [u8; LEN_BYTES as usize], file_len: u64, origin: &Path) -> Result<u64> {
+    let n = u64::from_le_bytes(prefix);
+    if n > MAX_HEADER_BYTES || n > file_len - LEN_BYTES {
+        return Err(file_err(
+            origin,
+            format!("header length {n} is impossible for a file of {file_len} bytes (not safetensors, or truncated)"),
+        ));
+    }
+    Ok(n)
+}
+
+/// Parses the JSON header of a file of `file_len` bytes and checks that its tensors' data
+/// covers the rest of the file exactly. Deserializing [`Metadata`] validates the offsets and every
+/// tensor's byte length against its shape and dtype (safetensors' own checks); every sum here is
+/// checked, so offsets near the end of the address space are refused, not wrapped around.
+fn parse_header(header: &[u8], file_len: u64, origin: &Path) -> Result<Metadata> {
+    let meta: Metadata = serde_json::from_slice(header)
+        .map_err(|e| file_err(origin, format!("not a valid safetensors file: bad header: {e}")))?;
+    let data_start = LEN_BYTES + header.len() as u64;
+    let data_len = meta.data_len() as u64;
+    if data_start.checked_add(data_len) != Some(file_len) {
+        return Err(file_err(
+            origin,
+            format!(
+                "header describes {data_len} bytes of tensor data, the file holds {} (truncated or corrupt)",
+                file_len - data_start
+            ),
+        ));
+    }
+    Ok(meta)
+}
+
+/// The error for a file too short to hold the length prefix.
+fn too_short(file_len: u64, origin: &Path) -> Error {
+    file_err(origin, format!("{file_len} bytes is too short for a safetensors file"))
+}
+
 impl<'a> Archive<'a> {
     /// Parses a whole file held in memory; `origin` is the path errors name.
     pub(crate) fn from_bytes(bytes: &'a [u8], origin: &Path) -> Result<Self> {
-        let (n, meta) = SafeTensors::read_metadata(bytes).map_err(|e| parse_err(origin, &e))?;
-        // read_metadata checked that 8 + n + data bytes is exactly the buffer length.
-        let data = LEN_BYTES
-            .checked_add(n as u64)
-            .and_then(|start| bytes.get(usize::try_from(start).ok()?..))
-            .ok_or_else(|| file_err(origin, "header length runs past the end of the file"))?;
-        Ok(Self { meta, origin: origin.to_path_buf(), src: Source::Mem(data) })
+        let file_len = bytes.len() as u64;
+        let head = bytes.get(..LEN_BYTES as usize).and_then(|p| p.try_into().ok());
+        let n = header_len(head.ok_or_else(|| too_short(file_len, origin))?, file_len, origin)?;
+        // n <= file_len - 8, so both ends lie inside the buffer.
+        let start = (LEN_BYTES + n) as usize;
+        let meta = parse_header(&bytes[LEN_BYTES as usize..start], file_len, origin)?;
+        Ok(Self { meta, origin: origin.to_path_buf(), src: Source::Mem(&bytes[start..]) })
     }
 }
 
@@ -98,41 +139,25 @@ impl Archive<'static> {
         let mut file = File::open(path).map_err(|e| io_err(path, e))?;
         let file_len = file.metadata().map_err(|e| io_err(path, e))?.len();
         if file_len < LEN_BYTES {
-            return Err(file_err(path, format!("{file_len} bytes is too short for a safetensors file")));
+            return Err(too_short(file_len, path));
         }
-        let mut len = [0u8; LEN_BYTES as usize];
-        file.read_exact(&mut len).map_err(|e| io_err(path, e))?;
-        let n = u64::from_le_bytes(len);
-        if n > MAX_HEADER_BYTES || n > file_len - LEN_BYTES {
-            return Err(file_err(
-                path,
-                format!(
-                    "header length {n} is impossible for a file of {file_len} bytes (not safetensors, or truncated)"
-                ),
-            ));
-        }
+        let mut head = [0u8; LEN_BYTES as usize];
+        file.read_exact(&mut head).map_err(|e| io_err(path, e))?;
+        let n = header_len(head, file_len, path)?;
         // n <= MAX_HEADER_BYTES, so this fits any usize we run on.
         let mut header = vec![0u8; n as usize];
         file.read_exact(&mut header).map_err(|e| io_err(path, e))?;
-        // Deserializing Metadata validates offsets and per-tensor sizes (safetensors' own checks).
-        let meta: Metadata = serde_json::from_slice(&header)
-            .map_err(|e| file_err(path, format!("not a safetensors file: bad header: {e}")))?;
-        let data_start = LEN_BYTES + n;
-        let data_len = meta.data_len() as u64;
-        if data_start.checked_add(data_len) != Some(file_len) {
-            return Err(file_err(
-                path,
-                format!(
-                    "header describes {data_len} bytes of tensor data, the file holds {} (truncated or corrupt)",
-                    file_len - data_start
-                ),
-            ));
-        }
-        Ok(Self { meta, origin: path.to_path_buf(), src: Source::Disk { file, data_start } })
+        let meta = parse_header(&header, file_len, path)?;
+        Ok(Self { meta, origin: path.to_path_buf(), src: Source::Disk { file, data_start: LEN_BYTES + n } })
     }
 }
 
 impl Archive<'_> {
+    /// Bytes of tensor data the header describes (validated against the file's length).
+    pub(crate) fn data_len(&self) -> u64 {
+        self.meta.data_len() as u64
+    }
+
     /// The path errors name.
     pub(crate) fn origin(&self) -> &Path {
         &self.origin
@@ -151,6 +176,12 @@ impl Archive<'_> {
     /// Tensor names in file order (by data offset).
     pub(crate) fn names(&self) -> Vec<String> {
         self.meta.offset_keys()
+    }
+
+    /// Bytes of tensor `name`'s data, if present.
+    pub(crate) fn byte_len(&self, name: &str) -> Option<u64> {
+        let (start, end) = self.meta.info(name)?.data_offsets;
+        Some(end.checked_sub(start)? as u64)
     }
 
     /// The `__metadata__` string map of the header, if any.
@@ -203,26 +234,19 @@ impl Archive<'_> {
                 // Offsets were validated against the file length on open; re-check for a file that
                 // shrank since.
                 let len = end.checked_sub(start).ok_or_else(short)?;
+                let what = format!("reading tensor `{name}` of {}", self.origin.display());
+                ensure_host(&what, Some(len as u64))?;
+                let mut buf = try_zeroed(&what, len)?;
                 let mut f = file;
                 f.seek(SeekFrom::Start(data_start + start as u64)).map_err(|e| io_err(&self.origin, e))?;
-                let mut buf = Vec::new();
-                f.take(len as u64).read_to_end(&mut buf).map_err(|e| io_err(&self.origin, e))?;
-                if buf.len() != len {
-                    return Err(short());
-                }
+                f.read_exact(&mut buf).map_err(|e| match e.kind() {
+                    std::io::ErrorKind::UnexpectedEof => short(),
+                    _ => io_err(&self.origin, e),
+                })?;
                 Ok(Cow::Owned(buf))
             }
         }
     }
-}
-
-/// Reads a whole file into memory, as the io error that names the path on failure.
-pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| io_err(path, e))
-}
-
-fn parse_err(origin: &Path, e: &SafeTensorError) -> Error {
-    file_err(origin, format!("not a valid safetensors file (truncated or corrupt): {e}"))
 }
 
 /// The `__metadata__` map of a header.
@@ -296,12 +320,15 @@ impl<'a> Writer<'a> {
             .map_err(|e| file_err(Path::new(IN_MEMORY), format!("cannot serialize: {e}")))
     }
 
-    /// Writes the file to `path`, streaming the tensors.
+    /// Writes the file to `path`, streaming the tensors into a temporary file that replaces
+    /// `path` only once complete ([`write_atomically`]).
     pub(crate) fn write(self, path: &Path) -> Result<()> {
         let (entries, meta) = self.parts();
-        safetensors::serialize_to_file(entries, meta, path).map_err(|e| match e {
-            SafeTensorError::IoError(source) => io_err(path, source),
-            other => file_err(path, format!("cannot serialize: {other}")),
+        write_atomically(path, |tmp| {
+            safetensors::serialize_to_file(entries, meta, tmp).map_err(|e| match e {
+                SafeTensorError::IoError(source) => io_err(path, source),
+                other => file_err(path, format!("cannot serialize: {other}")),
+            })
         })
     }
 }

@@ -1,58 +1,33 @@
-//! Case files: one problem's operands, or one output, in the physical layouts of SPEC §2.
+//! Case files: one problem's operands in the physical layouts of SPEC §2.
 //!
 //! | tensor | dtype | shape |
 //! |---|---|---|
 //! | `a`, `b` (gemv, gemm); `a`, `b1`, `b2` (dual gemm) | U8 | `[L, rows, K/2]` (gemv b: rows = 1) |
 //! | `sfa`, `sfb`, `sfb1`, `sfb2` (plain scales) | F8_E4M3 | `[L, rows, K/16]` |
-//! | `sfa_blocked`, ... (blocked scales, when the plain one is absent) | F8_E4M3 | `[L, R, C, 512]` |
+//! | or `sfa_blocked`, ... (blocked scales; never both for one operand) | F8_E4M3 | `[L, R, C, 512]` |
 //! | `alpha` (optional) | F32 | `[]` or `[1]` |
 //! | `a_global_scale`, ... (optional, written when not 1.0) | F32 | `[]` or `[1]` |
-//! | `c` (output) | F16 | `[L, M, N]` (gemv: N = 1) |
 //!
-//! Grouped GEMM suffixes every name with `_g{i}` (`a_g0`, `sfa_blocked_g0`, `alpha_g0`, `c_g0`),
-//! each group with L = 1; the group count is the number of consecutive `a_g{i}` (`c_g{i}`) from 0.
+//! Grouped GEMM suffixes every name with `_g{i}` (`a_g0`, `sfa_blocked_g0`, `alpha_g0`), each
+//! group with L = 1, groups numbered 0, 1, .. without a gap. `names.rs` says which other
+//! names a reader refuses.
 
 use std::path::Path;
 
-use half::f16;
 use safetensors::Dtype;
 
-use super::archive::{file_err, read_file, tensor_err, Archive, Dim, Entry, Writer, IN_MEMORY};
-use crate::format::{blocked_dims, F16Tensor, Nvfp4Tensor, ScaleLayout};
+use super::archive::{file_err, tensor_err, Archive, Dim, Entry, Writer, IN_MEMORY};
+use super::names::{check_case_names, group_suffix, Operand, A, ALPHA, B, B1, B2};
+use crate::format::{blocked_dims, Nvfp4Tensor, ScaleLayout};
+use crate::memory::ensure_host;
 use crate::ops::{DualGemm, Gemm, Gemv, GroupedGemm};
-use crate::problem::ProblemKind;
-use crate::problem::{Output, Problem};
+use crate::problem::{Problem, ProblemKind};
 use crate::Result;
 
 /// The header metadata key naming the problem kind of a case file.
 pub const PROBLEM_KEY: &str = "nvfp4_problem";
 
-/// Tensor names of one operand: `a` with scales `sfa` is `Operand { values: "a", scales: "sfa" }`.
-#[derive(Clone, Copy)]
-struct Operand {
-    values: &'static str,
-    scales: &'static str,
-}
-
-const A: Operand = Operand { values: "a", scales: "sfa" };
-const B: Operand = Operand { values: "b", scales: "sfb" };
-const B1: Operand = Operand { values: "b1", scales: "sfb1" };
-const B2: Operand = Operand { values: "b2", scales: "sfb2" };
-
 impl Operand {
-    fn values_name(self, suffix: &str) -> String {
-        format!("{}{suffix}", self.values)
-    }
-    fn plain_name(self, suffix: &str) -> String {
-        format!("{}{suffix}", self.scales)
-    }
-    fn blocked_name(self, suffix: &str) -> String {
-        format!("{}_blocked{suffix}", self.scales)
-    }
-    fn global_name(self, suffix: &str) -> String {
-        format!("{}_global_scale{suffix}", self.values)
-    }
-
     fn write<'a>(self, w: &mut Writer<'a>, suffix: &str, t: &'a Nvfp4Tensor) -> Result<()> {
         let (l, rows, sf_cols) = (t.l(), t.rows(), t.sf_cols());
         w.push(self.values_name(suffix), Entry::new(Dtype::U8, vec![l, rows, t.k() / 2], t.values()))?;
@@ -71,7 +46,7 @@ impl Operand {
     }
 
     /// Reads the operand, its values tensor checked against `[l, rows, k2]` (`note` says where
-    /// fixed sizes come from), its scales in whichever layout the file has (plain preferred).
+    /// fixed sizes come from), its scales in whichever layout the file has (only one may be present).
     fn read(self, ar: &Archive, suffix: &str, dims: [Dim; 3], note: &str) -> Result<Nvfp4Tensor> {
         let vname = self.values_name(suffix);
         let shape = ar.expect(&vname, Dtype::U8, &dims, note)?;
@@ -84,6 +59,12 @@ impl Operand {
             ));
         }
         let (plain, blocked) = (self.plain_name(suffix), self.blocked_name(suffix));
+        if ar.has(&plain) && ar.has(&blocked) {
+            return Err(tensor_err(
+                &blocked,
+                format!("`{plain}` holds the scales of `{vname}` too; a file gives each operand one scale layout"),
+            ));
+        }
         let (r, c) = blocked_dims(rows, k / 16);
         let why = format!("[L, rows, K/16] from `{vname}`");
         let layout = if ar.has(&plain) {
@@ -118,31 +99,21 @@ impl Operand {
 
 fn write_alpha(w: &mut Writer, suffix: &str, alpha: Option<f32>) -> Result<()> {
     match alpha {
-        Some(a) => w.push(format!("alpha{suffix}"), Entry::scalar_f32(a)),
+        Some(a) => w.push(format!("{ALPHA}{suffix}"), Entry::scalar_f32(a)),
         None => Ok(()),
     }
 }
 
 fn read_alpha(ar: &Archive, suffix: &str) -> Result<Option<f32>> {
-    let name = format!("alpha{suffix}");
+    let name = format!("{ALPHA}{suffix}");
     match ar.scalar_f32(&name)? {
         Some(a) if !a.is_finite() => Err(tensor_err(&name, format!("alpha must be finite, found {a}"))),
         alpha => Ok(alpha),
     }
 }
 
-fn group_suffix(i: usize) -> String {
-    format!("_g{i}")
-}
-
-/// How many consecutive `{base}_g{i}` from 0 the file has.
-fn count_groups(ar: &Archive, base: &str) -> usize {
-    // The file has finitely many tensors, so this ends.
-    (0..).take_while(|&i| ar.has(&format!("{base}{}", group_suffix(i)))).count()
-}
-
-/// The case file of `p` as bytes.
-pub fn problem_to_bytes(p: &Problem) -> Result<Vec<u8>> {
+/// The tensors of `p`'s case file.
+fn problem_writer(p: &Problem) -> Result<Writer<'_>> {
     let mut w = Writer::default();
     w.meta(PROBLEM_KEY, p.kind().name());
     match p {
@@ -166,13 +137,18 @@ pub fn problem_to_bytes(p: &Problem) -> Result<Vec<u8>> {
             }
         }
     }
-    w.into_bytes()
+    Ok(w)
 }
 
-/// Writes the case file of `p` to `path`.
+/// The case file of `p` as bytes.
+pub fn problem_to_bytes(p: &Problem) -> Result<Vec<u8>> {
+    problem_writer(p)?.into_bytes()
+}
+
+/// Writes the case file of `p` to `path`, streaming it into a temporary file that replaces
+/// `path` only once complete.
 pub fn save_problem(path: &Path, p: &Problem) -> Result<()> {
-    let bytes = problem_to_bytes(p)?;
-    std::fs::write(path, bytes).map_err(|e| super::archive::io_err(path, e))
+    problem_writer(p)?.write(path)
 }
 
 /// Reads a `kind` problem from case-file bytes.
@@ -180,10 +156,12 @@ pub fn problem_from_bytes(bytes: &[u8], kind: ProblemKind) -> Result<Problem> {
     read_problem(&Archive::from_bytes(bytes, Path::new(IN_MEMORY))?, kind)
 }
 
-/// Reads a `kind` problem from the case file at `path`.
+/// Reads a `kind` problem from the case file at `path`, tensor by tensor, after checking that
+/// the host can hold the file's tensors.
 pub fn load_problem(path: &Path, kind: ProblemKind) -> Result<Problem> {
-    let bytes = read_file(path)?;
-    read_problem(&Archive::from_bytes(&bytes, path)?, kind)
+    let ar = Archive::open(path)?;
+    ensure_host(&format!("reading the {kind} case {}", path.display()), Some(ar.data_len()))?;
+    read_problem(&ar, kind)
 }
 
 /// The problem kind a case file's header names (`None` for a file without the key). Reads the
@@ -211,6 +189,7 @@ fn read_problem(ar: &Archive, kind: ProblemKind) -> Result<Problem> {
     use Dim::{Any, Is};
     Ok(match kind {
         ProblemKind::Gemv | ProblemKind::Gemm | ProblemKind::DualGemm => {
+            check_case_names(ar, kind)?;
             let a = A.read(ar, "", [Any("L"), Any("M"), Any("K/2")], "")?;
             let (l, k2) = (a.l(), a.k() / 2);
             match kind {
@@ -231,11 +210,7 @@ fn read_problem(ar: &Archive, kind: ProblemKind) -> Result<Problem> {
             }
         }
         ProblemKind::GroupedGemm => {
-            let g = count_groups(ar, A.values);
-            if g == 0 {
-                let name = A.values_name(&group_suffix(0));
-                return Err(tensor_err(&name, "missing from the file (a grouped case needs a_g0, a_g1, ..)"));
-            }
+            let g = check_case_names(ar, kind)?;
             let groups = (0..g)
                 .map(|i| {
                     let s = group_suffix(i);
@@ -245,68 +220,6 @@ fn read_problem(ar: &Archive, kind: ProblemKind) -> Result<Problem> {
                 })
                 .collect::<Result<_>>()?;
             Problem::GroupedGemm(GroupedGemm::new(groups)?)
-        }
-    })
-}
-
-fn f16_entry(t: &F16Tensor) -> Entry<'static> {
-    let bytes: Vec<u8> = t.data().iter().flat_map(|v| v.to_le_bytes()).collect();
-    Entry::new(Dtype::F16, t.shape().to_vec(), bytes)
-}
-
-/// The output file of `out` as bytes: `c`, or `c_g{i}` per group.
-pub fn output_to_bytes(out: &Output) -> Result<Vec<u8>> {
-    let mut w = Writer::default();
-    match out {
-        Output::Single(t) => w.push("c".into(), f16_entry(t))?,
-        Output::Grouped(ts) => {
-            for (i, t) in ts.iter().enumerate() {
-                w.push(format!("c{}", group_suffix(i)), f16_entry(t))?;
-            }
-        }
-    }
-    w.into_bytes()
-}
-
-/// Writes `out` to `path`.
-pub fn save_output(path: &Path, out: &Output) -> Result<()> {
-    let bytes = output_to_bytes(out)?;
-    std::fs::write(path, bytes).map_err(|e| super::archive::io_err(path, e))
-}
-
-/// Reads the output of a `kind` problem from bytes.
-pub fn output_from_bytes(bytes: &[u8], kind: ProblemKind) -> Result<Output> {
-    read_output(&Archive::from_bytes(bytes, Path::new(IN_MEMORY))?, kind)
-}
-
-/// Reads the output of a `kind` problem from the file at `path`.
-pub fn load_output(path: &Path, kind: ProblemKind) -> Result<Output> {
-    let bytes = read_file(path)?;
-    read_output(&Archive::from_bytes(&bytes, path)?, kind)
-}
-
-fn read_f16(ar: &Archive, name: &str, dims: [Dim; 3], note: &str) -> Result<F16Tensor> {
-    let shape = ar.expect(name, Dtype::F16, &dims, note)?;
-    let data = ar.bytes(name)?.chunks_exact(2).map(|p| f16::from_le_bytes([p[0], p[1]])).collect();
-    F16Tensor::new(shape[0], shape[1], shape[2], data).map_err(|e| tensor_err(name, e.to_string()))
-}
-
-fn read_output(ar: &Archive, kind: ProblemKind) -> Result<Output> {
-    use Dim::{Any, Is};
-    Ok(match kind {
-        ProblemKind::Gemv => Output::Single(read_f16(ar, "c", [Any("L"), Any("M"), Is(1)], "gemv: one column")?),
-        ProblemKind::Gemm | ProblemKind::DualGemm => {
-            Output::Single(read_f16(ar, "c", [Any("L"), Any("M"), Any("N")], "")?)
-        }
-        ProblemKind::GroupedGemm => {
-            let g = count_groups(ar, "c");
-            if g == 0 {
-                return Err(tensor_err("c_g0", "missing from the file (a grouped output needs c_g0, c_g1, ..)"));
-            }
-            let ts = (0..g)
-                .map(|i| read_f16(ar, &format!("c{}", group_suffix(i)), [Is(1), Any("M"), Any("N")], "grouped: L = 1"))
-                .collect::<Result<_>>()?;
-            Output::Grouped(ts)
         }
     })
 }

@@ -1,23 +1,31 @@
 //! safetensors case files and checkpoint weights.
 //!
-//! - [`case`]: a problem's operands and an operation's output in the physical layouts of SPEC §2
-//!   ([`save_problem`], [`load_problem`], [`save_output`], [`load_output`] and in-memory variants).
+//! - [`case`]: a problem's operands in the physical layouts of SPEC §2 ([`save_problem`],
+//!   [`load_problem`] and in-memory variants); [`output`]: an operation's output ([`save_output`],
+//!   [`load_output`]); `names.rs` says which tensor names a reader accepts.
+//! - [`atomic`]: every file is written through a temporary file renamed into place when complete;
+//!   [`same_file`] tells when an output path names the input.
 //! - [`weights`]: one NVFP4 linear weight from a ModelOpt or compressed-tensors checkpoint.
 //! - [`quantize`]: a dense f32/f16/bf16 file to NVFP4 in the ModelOpt convention.
 //!
-//! Every malformed input (missing tensor, wrong dtype or shape, truncated or garbage bytes) is a
-//! typed [`Error`](crate::Error) naming the tensor or the file; nothing panics.
+//! Every malformed input (missing tensor, wrong dtype or shape, truncated or garbage bytes,
+//! ambiguous names) is a typed [`Error`](crate::Error) naming the tensor or the file; nothing
+//! panics, and no reader allocates more than the file holds.
 
 mod archive;
+pub mod atomic;
 pub mod case;
+mod names;
+pub mod output;
 pub mod quantize;
+pub mod same_file;
 pub mod weights;
 
-pub use case::{
-    load_output, load_problem, output_from_bytes, output_to_bytes, problem_from_bytes, problem_to_bytes, save_output,
-    save_problem, stored_problem_kind, PROBLEM_KEY,
-};
-pub use quantize::{quantize_file, QuantizeSummary, QUANTIZED_KEY};
+pub use atomic::{write_atomically, write_bytes_atomically};
+pub use case::{load_problem, problem_from_bytes, problem_to_bytes, save_problem, stored_problem_kind, PROBLEM_KEY};
+pub use output::{load_output, output_from_bytes, output_to_bytes, save_output};
+pub use quantize::{quantize_file, QuantizeOptions, QuantizeSummary, SkipReason, Skipped, QUANTIZED_KEY};
+pub use same_file::{refuse_same_file, same_file};
 pub use weights::{
     load_compressed_tensors_weight, load_modelopt_weight, load_weight, weight_from_bytes, WeightConvention,
 };

@@ -1,7 +1,8 @@
 //! `quantize_file`: every dense 2-D F32/F16/BF16 tensor `[N, K]` with K a multiple of 16 becomes an
 //! NVFP4 weight in the ModelOpt convention (`<name>` U8 [N, K/2], `<name>_scale` F8_E4M3 [N, K/16],
-//! `<name>_scale_2` F32 global scale), quantized with [`GlobalScale::Auto`]; every other tensor is
-//! copied unchanged, and so is the header metadata.
+//! `<name>_scale_2` F32 global scale), quantized with [`GlobalScale::Auto`]. Every other tensor is
+//! skipped: copied unchanged, and named in the summary with the reason. In strict mode any skip
+//! is an error and nothing is written. The header metadata is copied too.
 
 use std::fmt;
 use std::path::Path;
@@ -9,20 +10,70 @@ use std::path::Path;
 use half::{bf16, f16};
 use safetensors::Dtype;
 
-use super::archive::{read_file, tensor_err, Archive, Entry, Writer};
+use super::archive::{tensor_err, Archive, Entry, Writer};
+use super::same_file::refuse_same_file;
 use crate::format::{quantize, GlobalScale};
+use crate::memory::{checked_product, checked_sum, ensure_host};
 use crate::Result;
 
 /// The header metadata key `quantize_file` adds to its output.
 pub const QUANTIZED_KEY: &str = "nvfp4_quantized";
+
+/// How [`quantize_file`] treats tensors it cannot quantize.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QuantizeOptions {
+    /// Refuse the whole file, writing nothing, when any tensor would be skipped.
+    pub strict: bool,
+}
+
+/// Why a tensor was not quantized.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SkipReason {
+    /// Its dtype is not F32, F16 or BF16.
+    Dtype,
+    /// It is not 2-D.
+    NotTwoD,
+    /// It has a zero dimension.
+    Empty,
+    /// Its last dimension K is not a multiple of 16 (one scale per 16 values).
+    KNotMultipleOf16,
+}
+
+/// One tensor copied unchanged, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skipped {
+    /// Tensor name.
+    pub name: String,
+    /// Its dtype, as safetensors names it.
+    pub dtype: String,
+    /// Its shape.
+    pub shape: Vec<usize>,
+    /// Why it was not quantized.
+    pub reason: SkipReason,
+}
+
+impl fmt::Display for Skipped {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (dtype, shape) = (&self.dtype, &self.shape);
+        write!(f, "{} {dtype} {shape:?}: ", self.name)?;
+        match self.reason {
+            SkipReason::Dtype => write!(f, "{dtype} is not a dtype quantize reads (F32, F16, BF16)"),
+            SkipReason::NotTwoD => write!(f, "{}-D, not a 2-D [N, K] weight", shape.len()),
+            SkipReason::Empty => f.write_str("has a zero dimension"),
+            SkipReason::KNotMultipleOf16 => {
+                write!(f, "K = {} is not a multiple of 16 (one scale per 16 values)", shape.last().unwrap_or(&0))
+            }
+        }
+    }
+}
 
 /// What [`quantize_file`] did, tensor by tensor, in file order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QuantizeSummary {
     /// Quantized tensors: name and dense shape `[N, K]`.
     pub quantized: Vec<(String, [usize; 2])>,
-    /// Tensors copied unchanged.
-    pub copied: Vec<String>,
+    /// Tensors copied unchanged, with the reason.
+    pub skipped: Vec<Skipped>,
     /// Bytes of the input file.
     pub input_bytes: u64,
     /// Bytes of the output file.
@@ -40,9 +91,9 @@ impl fmt::Display for QuantizeSummary {
                 k / 16
             )?;
         }
-        writeln!(f, "copied {} tensor(s) unchanged:", self.copied.len())?;
-        for name in &self.copied {
-            writeln!(f, "  {name}")?;
+        writeln!(f, "skipped {} tensor(s), copied unchanged:", self.skipped.len())?;
+        for s in &self.skipped {
+            writeln!(f, "  {s}")?;
         }
         write!(f, "{} bytes in, {} bytes out", self.input_bytes, self.output_bytes)
     }
@@ -59,33 +110,95 @@ fn widen(dtype: Dtype, bytes: &[u8]) -> Option<Vec<f32>> {
     })
 }
 
-/// `[N, K]` if `name` is a tensor `quantize_file` quantizes.
-fn quantizable(dtype: Dtype, shape: &[usize]) -> Option<[usize; 2]> {
-    match (dtype, shape) {
-        (Dtype::F32 | Dtype::F16 | Dtype::BF16, &[n, k]) if n >= 1 && k >= 16 && k.is_multiple_of(16) => Some([n, k]),
-        _ => None,
+/// `[N, K]` when a tensor of this dtype and shape is quantized, else why not.
+fn classify(dtype: Dtype, shape: &[usize]) -> std::result::Result<[usize; 2], SkipReason> {
+    if !matches!(dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
+        return Err(SkipReason::Dtype);
     }
+    let &[n, k] = shape else { return Err(SkipReason::NotTwoD) };
+    if n == 0 || k == 0 {
+        return Err(SkipReason::Empty);
+    }
+    if !k.is_multiple_of(16) {
+        return Err(SkipReason::KNotMultipleOf16);
+    }
+    Ok([n, k])
 }
 
-/// Quantizes the dense file `input` into `output` (see the module docs).
-pub fn quantize_file(input: &Path, output: &Path) -> Result<QuantizeSummary> {
-    let bytes = read_file(input)?;
-    let ar = Archive::from_bytes(&bytes, input)?;
-    let mut summary = QuantizeSummary { input_bytes: bytes.len() as u64, ..Default::default() };
+/// Host bytes of a quantized `[n, k]` tensor whose dense elements have `elem` bytes: while it is
+/// quantized (its bytes, widened to f32, the quantizer's copy, one code per element, packed
+/// values and scales twice) and kept for writing (packed values and scales).
+fn quantize_bytes(n: usize, k: usize, elem: usize) -> (Option<u64>, Option<u64>) {
+    let nk = checked_product(&[n, k]);
+    let kept = checked_sum([checked_product(&[n, k / 2]), checked_product(&[n, k / 16]), Some(4)]);
+    let working = checked_sum([
+        checked_product(&[n, k, elem]),
+        nk.and_then(|x| x.checked_mul(4 + 4 + 1)),
+        kept.and_then(|x| x.checked_mul(2)),
+    ]);
+    (working, kept)
+}
+
+/// Quantizes the dense file `input` into `output` (see the module docs). Refuses an `output`
+/// that is the `input` file, and, before reading any tensor, a file whose quantization the host
+/// cannot hold. The output replaces `output` only once complete.
+pub fn quantize_file(input: &Path, output: &Path, options: QuantizeOptions) -> Result<QuantizeSummary> {
+    refuse_same_file(input, output)?;
+    let ar = Archive::open(input)?;
+    let mut plan = Vec::new();
+    let mut summary = QuantizeSummary::default();
+    for name in ar.names() {
+        let Some((dtype, shape)) = ar.info(&name) else { continue };
+        match classify(dtype, shape) {
+            Ok(nk) => plan.push((name, Some(nk))),
+            Err(reason) => {
+                let dtype = dtype.to_string();
+                summary.skipped.push(Skipped { name: name.clone(), dtype, shape: shape.to_vec(), reason });
+                plan.push((name, None));
+            }
+        }
+    }
+    if options.strict {
+        if let Some(first) = summary.skipped.first() {
+            let all: Vec<String> = summary.skipped.iter().map(|s| s.to_string()).collect();
+            return Err(tensor_err(
+                &first.name,
+                format!("strict mode: {} tensor(s) would be skipped: {}", all.len(), all.join("; ")),
+            ));
+        }
+    }
+    // Peak host use: every tensor kept for writing (copies and quantized results) plus the
+    // working set of the largest quantization.
+    let mut kept = Vec::new();
+    let mut largest = Some(0u64);
+    for (name, nk) in &plan {
+        match (nk, ar.info(name)) {
+            (Some([n, k]), Some((dtype, _))) => {
+                let (working, out) = quantize_bytes(*n, *k, dtype.bitsize() / 8);
+                largest = largest.zip(working).map(|(a, b)| a.max(b));
+                kept.push(out);
+            }
+            _ => kept.push(ar.byte_len(name)),
+        }
+    }
+    let peak = checked_sum([checked_sum(kept), largest]);
+    ensure_host(&format!("quantizing {}", input.display()), peak)?;
+
+    summary.input_bytes = std::fs::metadata(input).map(|m| m.len()).unwrap_or(0);
     let mut w = Writer::default();
     for (key, value) in ar.metadata().into_iter().flatten() {
         w.meta(key, value);
     }
     w.meta(QUANTIZED_KEY, "nvfp4 modelopt");
-    for name in ar.names() {
+    for (name, nk) in plan {
         let Some((dtype, shape)) = ar.info(&name) else { continue };
         let data = ar.bytes(&name)?;
-        let Some([n, k]) = quantizable(dtype, shape) else {
+        let Some([n, k]) = nk else {
             w.push(name.clone(), Entry::new(dtype, shape.to_vec(), data))?;
-            summary.copied.push(name);
             continue;
         };
         let dense = widen(dtype, &data).ok_or_else(|| tensor_err(&name, format!("cannot read {dtype} as floats")))?;
+        drop(data);
         if let Some(i) = dense.iter().position(|v| !v.is_finite()) {
             return Err(tensor_err(
                 &name,
@@ -93,6 +206,7 @@ pub fn quantize_file(input: &Path, output: &Path) -> Result<QuantizeSummary> {
             ));
         }
         let t = quantize(&dense, 1, n, k, GlobalScale::Auto).map_err(|e| tensor_err(&name, e.to_string()))?;
+        drop(dense);
         let (values, scales) = (t.values().to_vec(), t.scales().to_vec());
         w.push(name.clone(), Entry::new(Dtype::U8, vec![n, k / 2], values))?;
         w.push(format!("{name}_scale"), Entry::new(Dtype::F8_E4M3, vec![n, k / 16], scales))?;

@@ -3,6 +3,7 @@
 use super::Problem;
 use super::{Rng, Shape};
 use crate::format::{f32_to_e4m3, Nvfp4Tensor, ScaleLayout};
+use crate::memory::ensure_host;
 use crate::ops::{DualGemm, Gemm, Gemv, GroupedGemm};
 use crate::problem::ProblemKind;
 use crate::Result;
@@ -55,8 +56,11 @@ impl Dist {
 }
 
 /// Draws a problem of `shape` from `seed` with the SPEC distributions; scales in the plain layout.
+/// The operands' bytes are checked against the host's memory first ([`crate::memory`]).
 pub fn generate(shape: &Shape, seed: u64) -> Result<Problem> {
     shape.validate()?;
+    let what = format!("generating {} {shape}", shape.kind());
+    ensure_host(&what, shape.input_bytes(ScaleLayout::Plain))?;
     let mut rng = Rng::new(seed);
     let d = Dist::of(shape.kind());
     Ok(match *shape {

@@ -2,7 +2,7 @@
 //! it, and what running it returns.
 
 use crate::format::{F16Tensor, ScaleLayout};
-use crate::ops::{Backend, DualGemm, Gemm, Gemv, GroupedGemm};
+use crate::ops::{check_alpha, Backend, DualGemm, Gemm, Gemv, GroupedGemm};
 use crate::problem::ProblemKind;
 use crate::Result;
 
@@ -50,8 +50,10 @@ impl Problem {
         }
     }
 
-    /// Runs the operation on `backend`.
+    /// Runs the operation on `backend`, after checking that the host can hold what the run
+    /// allocates ([`Problem::run_host_bytes`]).
     pub fn run(&self, backend: &dyn Backend) -> Result<Output> {
+        self.ensure_runnable(backend)?;
         Ok(match self {
             Problem::Gemv(p) => Output::Single(backend.gemv(p)?),
             Problem::Gemm(p) => Output::Single(backend.gemm(p)?),
@@ -60,14 +62,17 @@ impl Problem {
         })
     }
 
-    /// Sets the alpha of the operation (of every group for the grouped GEMM).
-    pub fn set_alpha(&mut self, alpha: Option<f32>) {
+    /// Sets the alpha of the operation (of every group for the grouped GEMM); a non-finite alpha
+    /// is refused, as the operations' constructors refuse it.
+    pub fn set_alpha(&mut self, alpha: Option<f32>) -> Result<()> {
+        check_alpha(alpha)?;
         match self {
             Problem::Gemv(x) => x.alpha = alpha,
             Problem::Gemm(x) => x.alpha = alpha,
             Problem::DualGemm(x) => x.alpha = alpha,
             Problem::GroupedGemm(x) => x.groups.iter_mut().for_each(|g| g.alpha = alpha),
         }
+        Ok(())
     }
 
     /// The same problem with every scale tensor converted to `layout`.
@@ -85,6 +90,27 @@ impl Problem {
                 alpha: p.alpha,
             }),
             Problem::GroupedGemm(p) => Problem::GroupedGemm(GroupedGemm { groups: p.groups.iter().map(g).collect() }),
+        }
+    }
+
+    /// [`Self::with_layout`] without a copy of the packed values: each operand's scales are
+    /// converted in turn, so the extra memory is one operand's scales at a time.
+    pub fn into_layout(self, layout: ScaleLayout) -> Problem {
+        let g = |p: Gemm| Gemm { a: p.a.into_layout(layout), b: p.b.into_layout(layout), alpha: p.alpha };
+        match self {
+            Problem::Gemv(p) => {
+                Problem::Gemv(Gemv { a: p.a.into_layout(layout), b: p.b.into_layout(layout), alpha: p.alpha })
+            }
+            Problem::Gemm(p) => Problem::Gemm(g(p)),
+            Problem::DualGemm(p) => Problem::DualGemm(DualGemm {
+                a: p.a.into_layout(layout),
+                b1: p.b1.into_layout(layout),
+                b2: p.b2.into_layout(layout),
+                alpha: p.alpha,
+            }),
+            Problem::GroupedGemm(p) => {
+                Problem::GroupedGemm(GroupedGemm { groups: p.groups.into_iter().map(g).collect() })
+            }
         }
     }
 

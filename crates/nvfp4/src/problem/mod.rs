@@ -3,12 +3,14 @@
 
 mod catalogue;
 mod extra;
+mod footprint;
 mod generate;
 mod instance;
 mod rng;
 
 pub use catalogue::{bench_shapes, large_shapes, test_shapes, Case};
 pub use extra::extra_shapes;
+pub use footprint::cpu_working_bytes;
 pub use generate::generate;
 pub use instance::{Output, Problem};
 pub use rng::Rng;

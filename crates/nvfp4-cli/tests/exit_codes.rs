@@ -1,0 +1,78 @@
+//! Exit status: 0 success, 1 a well-formed command that failed, 2 a command line that no run
+//! could accept (found from the arguments alone, before any work). The rule covers values
+//! checked by the tool after parsing (a catalogue index out of range, a shape breaking the
+//! format's rules, a non-finite alpha) exactly as those the parser rejects itself.
+
+mod common;
+
+use common::{assert_exit, nvfp4_in, stdout, Scratch};
+
+#[test]
+fn usage_errors_exit_2_and_write_nothing() {
+    let dir = Scratch::new("usage");
+    let gen = |extra: &[&str]| {
+        let mut args = vec!["gen", "gemm", "-o", "out.safetensors"];
+        args.extend_from_slice(extra);
+        nvfp4_in(&dir.0, &args)
+    };
+    for (extra, needle) in [
+        (&["--case", "foo:1"][..], "foo:1"),
+        (&["--case", "test:99"], "test:99"),
+        (&["--case", "bench:3"], "bench:3"),
+        (&["--case", "test"], "test"),
+        (&["--shape", "12x12x12"], "multiple of 16"),
+        (&["--shape", "0x16x16"], ">= 1"),
+        (&["--shape", "8x8"], "8x8"),
+        (&["--case", "test:0", "--alpha", "nan"], "finite"),
+        (&["--case", "test:0", "--alpha", "inf"], "finite"),
+        (&["--case", "test:0", "--alpha", "-inf"], "finite"),
+        (&["--case", "test:0", "--scales", "tiled"], "tiled"),
+        (&["--case", "test:0", "--no-such-flag"], "no-such-flag"),
+        (&[], "--case"),
+    ] {
+        let err = assert_exit(&gen(extra), 2);
+        assert!(err.contains(needle), "{extra:?}: `{needle}` not in {err}");
+        assert!(err.contains("--help"), "{extra:?}: a usage error points at --help: {err}");
+    }
+    for args in [&["frobnicate"][..], &[], &["check", "matmul"], &["run", "gemm"], &["check", "--backend", "tpu"]] {
+        assert_exit(&nvfp4_in(&dir.0, args), 2);
+    }
+    assert!(dir.listing().is_empty(), "{:?}", dir.listing());
+    // A negative finite alpha is a value, not a flag.
+    assert_exit(&gen(&["--case", "test:0", "--alpha", "-0.5"]), 0);
+}
+
+#[test]
+fn failures_exit_1_and_success_exits_0() {
+    let dir = Scratch::new("failures");
+    assert_exit(&nvfp4_in(&dir.0, &["gen", "gemm", "--case", "test:0", "-o", "ok.safetensors"]), 0);
+    assert_exit(&nvfp4_in(&dir.0, &["gen", "grouped-gemm", "--case", "bench:3", "-o", "g.safetensors"]), 0);
+    std::fs::write(dir.path("garbage.safetensors"), b"not a safetensors file").unwrap();
+    for args in [
+        &["run", "gemm", "-i", "missing.safetensors", "-o", "out.safetensors"][..],
+        &["run", "gemm", "-i", "garbage.safetensors", "-o", "out.safetensors"],
+        &["run", "gemv", "-i", "ok.safetensors", "-o", "out.safetensors"],
+        &["quantize", "-i", "missing.safetensors", "-o", "out.safetensors"],
+        &["quantize", "-i", "ok.safetensors", "-o", "out.safetensors", "--strict"],
+    ] {
+        let err = assert_exit(&nvfp4_in(&dir.0, args), 1);
+        assert!(err.starts_with("error: ") || err.contains("\nerror: "), "{args:?}: {err}");
+    }
+    assert_exit(
+        &nvfp4_in(&dir.0, &["run", "gemm", "-i", "ok.safetensors", "-o", "out.safetensors", "--backend", "cpu"]),
+        0,
+    );
+    for help in [&["--help"][..], &["gen", "--help"], &["--version"]] {
+        assert_exit(&nvfp4_in(&dir.0, help), 0);
+    }
+}
+
+#[test]
+fn help_documents_the_exit_status() {
+    let o = nvfp4_in(&std::env::temp_dir(), &["--help"]);
+    assert_exit(&o, 0);
+    let help = stdout(&o);
+    for needle in ["Exit status", "0 success", "1 the command failed", "2 usage error"] {
+        assert!(help.contains(needle), "`{needle}` not in:\n{help}");
+    }
+}
