@@ -2,8 +2,7 @@
 //! needed, a GPU is not) and print each kernel's registers, spills, stack and static shared memory
 //! from ptxas's report. Exits non-zero on a compile error or on any spill, so CI can gate on it.
 
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use nvfp4::backend::cuda::{kernel_reports_to, KernelReport, DEFAULT_ARCH};
@@ -48,33 +47,9 @@ fn table(reports: &[KernelReport]) -> String {
     s
 }
 
-/// Compiles every kernel; with `cubin_dir`, the CUBINs are first written into a temporary folder
-/// inside it and then renamed into place one by one, so no CUBIN is ever seen half written.
-fn reports(arch: &str, cubin_dir: Option<&Path>) -> nvfp4::Result<Vec<KernelReport>> {
-    let Some(dir) = cubin_dir else { return kernel_reports_to(arch, None) };
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| Error::Io { path, source }
-    };
-    fs::create_dir_all(dir).map_err(io(dir))?;
-    let staging = dir.join(format!(".nvfp4-cubins.{}.tmp", std::process::id()));
-    let result = (|| {
-        fs::create_dir_all(&staging).map_err(io(&staging))?;
-        let reports = kernel_reports_to(arch, Some(&staging))?;
-        for entry in fs::read_dir(&staging).map_err(io(&staging))? {
-            let from = entry.map_err(io(&staging))?.path();
-            let Some(name) = from.file_name() else { continue };
-            let to = dir.join(name);
-            fs::rename(&from, &to).map_err(io(&to))?;
-        }
-        Ok(reports)
-    })();
-    let _ = fs::remove_dir_all(&staging);
-    result
-}
-
 pub fn main(args: Args) -> Outcome {
-    let reports = reports(&args.arch, args.cubin_dir.as_deref())?;
+    // Each CUBIN is written to a temporary file and renamed into place: whole or not at all.
+    let reports = kernel_reports_to(&args.arch, args.cubin_dir.as_deref())?;
     let spilling: Vec<&KernelReport> = reports.iter().filter(|r| r.spills()).collect();
     if args.json {
         let doc = serde_json::json!({

@@ -1,13 +1,13 @@
 //! Determinism on the GPU. Every benchmark shape of every operation, launched 100 times from one
 //! prepared problem (outputs poisoned before each launch), must give the same f16 bits every time,
-//! including the GEMM under forced split-K, stream-K and CTA-pair schedules; and several host
-//! threads sharing one backend, each running operations at once, must each get the reference's
-//! answer.
+//! including the GEMM and the dual GEMM under forced split-K, stream-K and CTA-pair schedules; and
+//! several host threads sharing one backend, each running operations at once, must each get the
+//! reference's answer.
 //!
 //! The GPU tests are `#[ignore]`d; run them on a Hopper GPU with
 //! `cargo test --release --test determinism -- --ignored --test-threads=1` (one thread: the
-//! schedule test sets `NVFP4_GEMM_SM90`, which every GEMM launch reads). About a minute on an
-//! H200, most of it the CPU reference of the benchmark shapes.
+//! schedule tests set `NVFP4_GEMM_SM90` and `NVFP4_DUAL_SM90`, which every launch reads). About a
+//! minute on an H200, most of it the CPU reference of the benchmark shapes.
 
 use nvfp4::backend::cuda::CudaBackend;
 use nvfp4::check::{compare_outputs, mode_for};
@@ -91,47 +91,58 @@ fn gemv_bench_shapes_repeat_bit_identically() {
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
-fn dual_gemm_bench_shapes_repeat_bit_identically() {
-    bench_shapes_repeat(ProblemKind::DualGemm);
-}
-
-#[test]
-#[ignore = "needs an NVIDIA GPU"]
 fn grouped_gemm_bench_shapes_repeat_bit_identically() {
     bench_shapes_repeat(ProblemKind::GroupedGemm);
 }
 
-/// Unsets `NVFP4_GEMM_SM90` when dropped, also when the test fails.
-struct Unforce;
+/// Unsets a forcing variable when dropped, also when the test fails.
+struct Unforce(&'static str);
 
 impl Drop for Unforce {
     fn drop(&mut self) {
-        std::env::remove_var("NVFP4_GEMM_SM90");
+        std::env::remove_var(self.0);
+    }
+}
+
+/// Every benchmark shape of `kind`, [`LAUNCHES`] times under its automatic configuration and under
+/// each of `schedules` forced through `var`; the forced ones must change the launch.
+fn schedules_repeat(kind: ProblemKind, var: &'static str, schedules: &[&str]) {
+    let b = gpu();
+    let _unforce = Unforce(var);
+    for (i, shape) in bench_shapes(kind).iter().enumerate() {
+        let p = generate(shape, 4300 + i as u64).unwrap();
+        let reference = p.run(&CpuBackend).unwrap();
+        std::env::remove_var(var);
+        let mut configs = vec![repeat(&b, &p, &reference, &format!("{kind} {shape} auto"))];
+        for forced in schedules {
+            std::env::set_var(var, forced);
+            configs.push(repeat(&b, &p, &reference, &format!("{kind} {shape} {forced}")));
+            std::env::remove_var(var);
+        }
+        for (name, cfg) in std::iter::once(&"auto").chain(schedules).zip(&configs) {
+            println!("ok {kind} {shape} {name} x{LAUNCHES}: {cfg}");
+        }
+        configs.sort();
+        configs.dedup();
+        assert!(configs.len() > 2, "{kind} {shape}: the forced schedules did not change the launch: {configs:?}");
     }
 }
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn gemm_bench_shapes_repeat_bit_identically_under_every_schedule() {
-    let b = gpu();
-    let _unforce = Unforce;
-    for (i, shape) in bench_shapes(ProblemKind::Gemm).iter().enumerate() {
-        let p = generate(shape, 4300 + i as u64).unwrap();
-        let reference = p.run(&CpuBackend).unwrap();
-        std::env::remove_var("NVFP4_GEMM_SM90");
-        let mut configs = vec![repeat(&b, &p, &reference, &format!("gemm {shape} auto"))];
-        for forced in SCHEDULES {
-            std::env::set_var("NVFP4_GEMM_SM90", forced);
-            configs.push(repeat(&b, &p, &reference, &format!("gemm {shape} {forced}")));
-            std::env::remove_var("NVFP4_GEMM_SM90");
-        }
-        for (name, cfg) in std::iter::once("auto").chain(SCHEDULES).zip(&configs) {
-            println!("ok gemm {shape} {name} x{LAUNCHES}: {cfg}");
-        }
-        configs.sort();
-        configs.dedup();
-        assert!(configs.len() > 2, "gemm {shape}: the forced schedules did not change the launch: {configs:?}");
-    }
+    schedules_repeat(ProblemKind::Gemm, "NVFP4_GEMM_SM90", &SCHEDULES);
+}
+
+/// Dual GEMM schedules forced through `NVFP4_DUAL_SM90`: split-K and stream-K of the 128 x 256
+/// tile (partials summed through shared memory), split-K of the 128 x 128 tile (through
+/// registers), stream-K over CTA pairs.
+const DUAL_SCHEDULES: [&str; 4] = ["m128n256s2", "m128n256sk", "m128n128s2", "m128n128c2sk"];
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn dual_gemm_bench_shapes_repeat_bit_identically_under_every_schedule() {
+    schedules_repeat(ProblemKind::DualGemm, "NVFP4_DUAL_SM90", &DUAL_SCHEDULES);
 }
 
 /// One operation for a thread: the problem, its reference, and a label.
@@ -155,6 +166,7 @@ fn run_through_trait(b: &dyn Backend, p: &Problem) -> nvfp4::Result<Output> {
 #[ignore = "needs an NVIDIA GPU"]
 fn threads_sharing_one_backend_each_get_the_reference() {
     std::env::remove_var("NVFP4_GEMM_SM90");
+    std::env::remove_var("NVFP4_DUAL_SM90");
     let b = gpu();
     // Small catalogue shapes of every operation, so that many launches overlap.
     let picks = [

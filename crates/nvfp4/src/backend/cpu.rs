@@ -5,7 +5,9 @@ use half::f16;
 use rayon::prelude::*;
 
 use crate::format::{F16Tensor, Nvfp4Tensor};
+use crate::memory::{checked_product, checked_sum, ensure_host};
 use crate::ops::{effective_alpha, Backend, DualGemm, Gemm, Gemv, GroupedGemm};
+use crate::problem::cpu_working_bytes;
 use crate::Result;
 
 /// The exact, multi-threaded reference backend.
@@ -84,7 +86,15 @@ fn f64_to_f16(x: f64) -> f16 {
 }
 
 impl CpuBackend {
+    /// Refuses, before allocating, an operation whose f16 output and working buffers (`sums` f64
+    /// product sums, decoded operands; `problem::cpu_working_bytes`) do not fit host memory.
+    fn ensure_fits(what: &str, (l, m, n, k): (usize, usize, usize, usize), sums: usize) -> Result<()> {
+        let needed = checked_sum([checked_product(&[l, m, n, 2]), cpu_working_bytes(l, m, n, k, sums)]);
+        ensure_host(what, needed)
+    }
+
     fn gemm_parts(a: &Nvfp4Tensor, b: &Nvfp4Tensor, alpha: Option<f32>) -> Result<F16Tensor> {
+        Self::ensure_fits("a CPU GEMM", (a.l(), a.rows(), b.rows(), a.k()), 1)?;
         let data = round_f16(&products(a, b), effective_alpha(alpha, a, b));
         F16Tensor::new(a.l(), a.rows(), b.rows(), data)
     }
@@ -109,6 +119,7 @@ impl Backend for CpuBackend {
     }
 
     fn dual_gemm(&self, p: &DualGemm) -> Result<F16Tensor> {
+        Self::ensure_fits("a CPU dual GEMM", p.mnkl(), 2)?;
         let (alpha1, alpha2) = (effective_alpha(p.alpha, &p.a, &p.b1), effective_alpha(p.alpha, &p.a, &p.b2));
         let x1 = products(&p.a, &p.b1);
         let x2 = products(&p.a, &p.b2);

@@ -187,7 +187,7 @@ impl Report {
     pub fn write_json(&self, path: &Path) -> Result<()> {
         let mut text = self.to_json()?;
         text.push('\n');
-        std::fs::write(path, text).map_err(|source| Error::Io { path: path.to_path_buf(), source })
+        crate::io::write_bytes_atomically(path, text.as_bytes())
     }
 
     /// The terminal table: ceilings, one line per shape, then the per-problem geometric means.

@@ -257,9 +257,8 @@ pub fn kernel_reports_to(arch: &str, cubin_dir: Option<&Path>) -> Result<Vec<Ker
         if let Some(dir) = cubin_dir {
             let stem = module.file.trim_end_matches(".cu");
             let path = dir.join(format!("{stem}.{arch}.cubin"));
-            std::fs::create_dir_all(dir)
-                .and_then(|()| std::fs::write(&path, &cubin))
-                .map_err(|e| Error::Io { path: path.clone(), source: e })?;
+            std::fs::create_dir_all(dir).map_err(|e| Error::Io { path: dir.to_path_buf(), source: e })?;
+            crate::io::write_bytes_atomically(&path, &cubin)?;
         }
         let reports = parse_ptxas_log(module.file, &log);
         for sym in module.symbols {
