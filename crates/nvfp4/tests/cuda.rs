@@ -8,12 +8,16 @@
 
 use std::time::Instant;
 
-use nvfp4::backend::cuda::{self, CudaBackend, Prepared};
+use nvfp4::backend::cuda::{self, CudaBackend};
 use nvfp4::check::{compare_outputs, Mode};
+
+mod common;
+use common::{check, gpu, run_prepared};
+
 use nvfp4::format::{Nvfp4Tensor, ScaleLayout};
 use nvfp4::ops::Gemv;
+use nvfp4::problem::Problem;
 use nvfp4::problem::{bench_shapes, generate, test_shapes, ProblemKind, Shape};
-use nvfp4::problem::{Output, Problem};
 use nvfp4::{CpuBackend, Error};
 
 const LAYOUTS: [ScaleLayout; 2] = [ScaleLayout::Plain, ScaleLayout::Blocked];
@@ -31,30 +35,6 @@ fn no_gpu_is_a_typed_error() {
     // Auto falls back to the CPU with a note instead of failing.
     let (backend, note) = nvfp4::backend::open(nvfp4::backend::BackendChoice::Auto).unwrap();
     assert_eq!(backend.name(), "cpu", "{note}");
-}
-
-fn gpu() -> CudaBackend {
-    CudaBackend::new().unwrap_or_else(|e| panic!("CUDA backend: {e}"))
-}
-
-/// Poison, launch, read back: an unwritten element stays NaN and fails the comparison.
-fn run_prepared(prep: &mut Prepared) -> Output {
-    prep.poison().unwrap();
-    prep.launch().unwrap();
-    prep.output().unwrap()
-}
-
-/// Runs `p` on the GPU `launches` times (poisoning before each) and checks every result against
-/// the CPU reference. Returns the config description.
-fn check(b: &CudaBackend, p: &Problem, mode: Mode, launches: usize, what: &str) -> String {
-    let reference = p.run(&CpuBackend).unwrap();
-    let mut prep = b.prepare(p).unwrap_or_else(|e| panic!("{what}: prepare: {e}"));
-    for i in 0..launches {
-        let got = run_prepared(&mut prep);
-        let report = compare_outputs(&got, &reference, mode);
-        assert!(report.passed(), "{what} (launch {i}, {}): {report}", prep.describe());
-    }
-    prep.describe()
 }
 
 fn gemv_from(a: Nvfp4Tensor, b: Nvfp4Tensor, alpha: Option<f32>) -> Problem {

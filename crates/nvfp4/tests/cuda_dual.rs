@@ -14,49 +14,29 @@
 
 use nvfp4::backend::cuda::sm90::{self, Forced, Op, VARIANTS};
 use nvfp4::backend::cuda::{CudaBackend, DeviceOp, GemmViews};
-use nvfp4::check::{compare, compare_outputs, Mode};
+use nvfp4::check::{compare, Mode};
 use nvfp4::format::{Nvfp4Tensor, ScaleLayout};
 use nvfp4::ops::{DualGemm, Gemm};
 use nvfp4::problem::{generate, test_shapes, Output, Problem, ProblemKind, Shape};
 use nvfp4::{Backend, CpuBackend, Error};
 
-const LAYOUTS: [ScaleLayout; 2] = [ScaleLayout::Plain, ScaleLayout::Blocked];
+mod common;
+use common::gpu;
 
-fn gpu() -> CudaBackend {
-    CudaBackend::new().unwrap_or_else(|e| panic!("CUDA backend: {e}"))
-}
+const LAYOUTS: [ScaleLayout; 2] = [ScaleLayout::Plain, ScaleLayout::Blocked];
 
 fn dual(m: usize, n: usize, k: usize, l: usize, seed: u64) -> Problem {
     generate(&Shape::DualGemm { m, n, k, l }, seed).unwrap()
 }
 
-/// Runs `p` `launches` times (poisoned before each) against `reference` within the tolerance.
-/// Returns the launch description.
+/// Checks `p` against `reference` within the tolerance, `launches` times.
 fn check_against(b: &CudaBackend, p: &Problem, reference: &Output, launches: usize, what: &str) -> String {
-    let mut prep = b.prepare(p).unwrap_or_else(|e| panic!("{what}: prepare: {e}"));
-    for i in 0..launches {
-        prep.poison().unwrap();
-        prep.launch().unwrap();
-        let report = compare_outputs(&prep.output().unwrap(), reference, Mode::Tolerance);
-        assert!(report.passed(), "{what} (launch {i}, {}): {report}", prep.describe());
-    }
-    prep.describe()
-}
-
-/// Unsets `NVFP4_DUAL_SM90` when dropped, also when the test panics.
-struct ForcedGuard;
-
-impl Drop for ForcedGuard {
-    fn drop(&mut self) {
-        std::env::remove_var(Forced::var(Op::Dual));
-    }
+    common::check_against(b, p, reference, Mode::Tolerance, launches, what)
 }
 
 /// Sets `NVFP4_DUAL_SM90` for the duration of `f` (tests run on one thread).
 fn with_forced<T>(value: &str, f: impl FnOnce() -> T) -> T {
-    let _guard = ForcedGuard;
-    std::env::set_var(Forced::var(Op::Dual), value);
-    f()
+    common::with_forced(Forced::var(Op::Dual), value, f)
 }
 
 fn on_skeleton(p: &Problem) -> bool {

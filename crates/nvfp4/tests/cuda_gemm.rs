@@ -12,57 +12,25 @@ use nvfp4::backend::cuda::sm90::{
     Schedule::{Split, StreamK},
     VARIANTS,
 };
-use nvfp4::backend::cuda::CudaBackend;
-use nvfp4::check::{compare_outputs, Mode};
+use nvfp4::check::Mode;
 use nvfp4::format::{Nvfp4Tensor, ScaleLayout};
 use nvfp4::ops::Gemm;
+use nvfp4::problem::Problem;
 use nvfp4::problem::{generate, test_shapes, ProblemKind, Shape};
-use nvfp4::problem::{Output, Problem};
 use nvfp4::CpuBackend;
 
-const LAYOUTS: [ScaleLayout; 2] = [ScaleLayout::Plain, ScaleLayout::Blocked];
+mod common;
+use common::{check, check_against, gpu};
 
-fn gpu() -> CudaBackend {
-    CudaBackend::new().unwrap_or_else(|e| panic!("CUDA backend: {e}"))
-}
+const LAYOUTS: [ScaleLayout; 2] = [ScaleLayout::Plain, ScaleLayout::Blocked];
 
 fn gemm_problem(m: usize, n: usize, k: usize, l: usize, seed: u64) -> Problem {
     generate(&Shape::Gemm { m, n, k, l }, seed).unwrap()
 }
 
-/// Runs `p` `launches` times (poisoned before each) and compares with `reference` (the CPU
-/// backend's output; scale layouts do not change it). Returns the launch description; panics
-/// naming the case on any mismatch.
-fn check_against(b: &CudaBackend, p: &Problem, reference: &Output, mode: Mode, launches: usize, what: &str) -> String {
-    let mut prep = b.prepare(p).unwrap_or_else(|e| panic!("{what}: prepare: {e}"));
-    for i in 0..launches {
-        prep.poison().unwrap();
-        prep.launch().unwrap();
-        let got = prep.output().unwrap();
-        let report = compare_outputs(&got, reference, mode);
-        assert!(report.passed(), "{what} (launch {i}, {}): {report}", prep.describe());
-    }
-    prep.describe()
-}
-
-fn check(b: &CudaBackend, p: &Problem, mode: Mode, launches: usize, what: &str) -> String {
-    check_against(b, p, &p.run(&CpuBackend).unwrap(), mode, launches, what)
-}
-
-/// Unsets `NVFP4_GEMM_SM90` when dropped, also when the test panics.
-struct ForcedGuard;
-
-impl Drop for ForcedGuard {
-    fn drop(&mut self) {
-        std::env::remove_var("NVFP4_GEMM_SM90");
-    }
-}
-
 /// Sets `NVFP4_GEMM_SM90` for the duration of `f` (tests run on one thread).
 fn with_forced<T>(value: &str, f: impl FnOnce() -> T) -> T {
-    let _guard = ForcedGuard;
-    std::env::set_var("NVFP4_GEMM_SM90", value);
-    f()
+    common::with_forced(Forced::var(Op::Gemm), value, f)
 }
 
 fn takes(p: &Problem) -> bool {

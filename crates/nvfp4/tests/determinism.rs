@@ -14,6 +14,9 @@ use nvfp4::check::{compare_outputs, mode_for};
 use nvfp4::problem::{bench_shapes, generate, test_shapes};
 use nvfp4::{Backend, CpuBackend, Error, Output, Problem, ProblemKind};
 
+mod common;
+use common::gpu;
+
 /// Launches per prepared problem.
 const LAUNCHES: usize = 100;
 
@@ -26,10 +29,6 @@ const THREADS: usize = 4;
 
 /// Rounds each thread makes over its operations.
 const ROUNDS: usize = 4;
-
-fn gpu() -> CudaBackend {
-    CudaBackend::new().unwrap_or_else(|e| panic!("CUDA backend: {e}"))
-}
 
 /// The f16 bits of every output element, tensor by tensor.
 fn bits(out: &Output) -> Vec<Vec<u16>> {

@@ -77,20 +77,7 @@ impl Problem {
 
     /// The same problem with every scale tensor converted to `layout`.
     pub fn with_layout(&self, layout: ScaleLayout) -> Problem {
-        let g = |p: &Gemm| Gemm { a: p.a.to_layout(layout), b: p.b.to_layout(layout), alpha: p.alpha };
-        match self {
-            Problem::Gemv(p) => {
-                Problem::Gemv(Gemv { a: p.a.to_layout(layout), b: p.b.to_layout(layout), alpha: p.alpha })
-            }
-            Problem::Gemm(p) => Problem::Gemm(g(p)),
-            Problem::DualGemm(p) => Problem::DualGemm(DualGemm {
-                a: p.a.to_layout(layout),
-                b1: p.b1.to_layout(layout),
-                b2: p.b2.to_layout(layout),
-                alpha: p.alpha,
-            }),
-            Problem::GroupedGemm(p) => Problem::GroupedGemm(GroupedGemm { groups: p.groups.iter().map(g).collect() }),
-        }
+        self.clone().into_layout(layout)
     }
 
     /// [`Self::with_layout`] without a copy of the packed values: each operand's scales are

@@ -1,0 +1,61 @@
+//! Helpers shared by the GPU test files (`mod common;`): the backend, the poisoned check loop,
+//! and forcing a launch configuration through an environment variable for one closure.
+#![allow(dead_code)] // each test file uses its own subset
+
+use nvfp4::backend::cuda::{CudaBackend, Prepared};
+use nvfp4::check::{compare_outputs, Mode};
+use nvfp4::problem::{Output, Problem};
+use nvfp4::CpuBackend;
+
+/// The CUDA backend; a test that needs it fails loudly without one.
+pub fn gpu() -> CudaBackend {
+    CudaBackend::new().unwrap_or_else(|e| panic!("CUDA backend: {e}"))
+}
+
+/// Poison, launch, read back: an unwritten element stays NaN and fails the comparison.
+pub fn run_prepared(prep: &mut Prepared) -> Output {
+    prep.poison().unwrap();
+    prep.launch().unwrap();
+    prep.output().unwrap()
+}
+
+/// Prepares `p` once and runs it `launches` times (poisoned before each: repeated launches must
+/// leave their counters reset), comparing every result with `reference` under `mode`. Returns the
+/// launch description; panics naming the case on any mismatch.
+pub fn check_against(
+    b: &CudaBackend,
+    p: &Problem,
+    reference: &Output,
+    mode: Mode,
+    launches: usize,
+    what: &str,
+) -> String {
+    let mut prep = b.prepare(p).unwrap_or_else(|e| panic!("{what}: prepare: {e}"));
+    for i in 0..launches {
+        let got = run_prepared(&mut prep);
+        let report = compare_outputs(&got, reference, mode);
+        assert!(report.passed(), "{what} (launch {i}, {}): {report}", prep.describe());
+    }
+    prep.describe()
+}
+
+/// [`check_against`] the CPU backend's output for `p`.
+pub fn check(b: &CudaBackend, p: &Problem, mode: Mode, launches: usize, what: &str) -> String {
+    check_against(b, p, &p.run(&CpuBackend).unwrap(), mode, launches, what)
+}
+
+/// Unsets a variable when dropped, also when the test panics.
+struct Unset(&'static str);
+
+impl Drop for Unset {
+    fn drop(&mut self) {
+        std::env::remove_var(self.0);
+    }
+}
+
+/// Sets `var` to `value` for the duration of `f` (the tests that do run on one thread).
+pub fn with_forced<T>(var: &'static str, value: &str, f: impl FnOnce() -> T) -> T {
+    let _unset = Unset(var);
+    std::env::set_var(var, value);
+    f()
+}
