@@ -48,33 +48,17 @@ NVFP4_DEVICE void sum_staged(Consumer<C>& cs, const Smem<C>& sm, const Unit& un,
     for (int sl = 1; sl < j; ++sl) {
       fetch(sl, stage);
 #pragma unroll
-      for (int q = 0; q < QUADS; ++q) {
-        const uint4 a = ptx::lds_v4(quad_at(prefix, q)), b = ptx::lds_v4(quad_at(stage, q));
-        const float4 s4 = add4(make_float4(__uint_as_float(a.x), __uint_as_float(a.y), __uint_as_float(a.z),
-                                           __uint_as_float(a.w)),
-                               make_float4(__uint_as_float(b.x), __uint_as_float(b.y), __uint_as_float(b.z),
-                                           __uint_as_float(b.w)));
-        ptx::sts_v4(quad_at(prefix, q), __float_as_uint(s4.x), __float_as_uint(s4.y), __float_as_uint(s4.z),
-                    __float_as_uint(s4.w));
-      }
+      for (int q = 0; q < QUADS; ++q)
+        ptx::sts_f4(quad_at(prefix, q), add4(ptx::lds_f4(quad_at(prefix, q)), ptx::lds_f4(quad_at(stage, q))));
     }
     const u32 pre = j == 1 ? stage : prefix;
 #pragma unroll
-    for (int q = 0; q < QUADS; ++q) {
-      const uint4 a = ptx::lds_v4(quad_at(pre, q));
-      cs.set_quad(q, add4(make_float4(__uint_as_float(a.x), __uint_as_float(a.y), __uint_as_float(a.z),
-                                      __uint_as_float(a.w)),
-                          cs.quad(q)));
-    }
+    for (int q = 0; q < QUADS; ++q) cs.set_quad(q, add4(ptx::lds_f4(quad_at(pre, q)), cs.quad(q)));
   }
   for (int sl = j + 1; sl < un.pieces; ++sl) {
     fetch(sl, stage);
 #pragma unroll
-    for (int q = 0; q < QUADS; ++q) {
-      const uint4 b = ptx::lds_v4(quad_at(stage, q));
-      cs.set_quad(q, add4(cs.quad(q), make_float4(__uint_as_float(b.x), __uint_as_float(b.y), __uint_as_float(b.z),
-                                                  __uint_as_float(b.w))));
-    }
+    for (int q = 0; q < QUADS; ++q) cs.set_quad(q, add4(cs.quad(q), ptx::lds_f4(quad_at(stage, q))));
   }
 }
 

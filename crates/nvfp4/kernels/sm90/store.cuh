@@ -30,6 +30,13 @@ struct Plain {
   NVFP4_DEVICE static u32 two(const Sm90Problem&, float lo, float hi) { return ptx::f32x2_to_f16x2_rn(lo, hi); }
 };
 
+// Lane pairs (g, g+1), g even, hold output rows w, w+1 of the columns (x, x+1) in `ab`: one
+// exchange gives the even lane the pair (w, w+1) of column x and the odd lane that of x+1.
+NVFP4_DEVICE u32 row_pair(u32 ab, bool even) {
+  const u32 other = __shfl_xor_sync(0xFFFFFFFFu, even ? ab >> 16 : ab & 0xFFFF, 4);
+  return even ? (ab & 0xFFFF) | (other << 16) : other | (ab & 0xFFFF0000u);
+}
+
 // The tile's store through shared memory and the TMA, for c rows along x (W rows contiguous in c,
 // as when W is B) and an idle shared memory (the CTA's last unit): the tile goes to boxes of 64 W
 // rows (128 bytes) by BN X rows, 128-byte swizzled (conflict-free for the pairs the lanes hold),
@@ -57,8 +64,7 @@ NVFP4_DEVICE void store_tma(const Sm90Problem& pr, const Unit& un, const Smem<C>
 #pragma unroll
       for (int q = 0; q < C::BN / 8; ++q) {
         const u32 ab = Cvt::two(pr, val(mt, 4 * q + 2 * h), val(mt, 4 * q + 2 * h + 1));  // (x, x+1)
-        const u32 other = __shfl_xor_sync(0xFFFFFFFFu, even ? ab >> 16 : ab & 0xFFFF, 4);
-        const u32 word = even ? (ab & 0xFFFF) | (other << 16) : other | (ab & 0xFFFF0000u);
+        const u32 word = row_pair(ab, even);
         const u32 xl = 8 * q + 2 * t + (even ? 0 : 1);
         ptx::sts_u32(box + xl * 128 + (((byte / 16) ^ (xl % 8)) * 16) + byte % 16, word);
       }
@@ -124,8 +130,7 @@ NVFP4_DEVICE void store_rows(const Sm90Problem& pr, const Unit& un, const Smem<C
 #pragma unroll
         for (int q = 0; q < C::BN / 8; ++q) {
           const u32 ab = Cvt::two(pr, val(mt, 4 * q + 2 * h), val(mt, 4 * q + 2 * h + 1));  // (x, x+1)
-          const u32 other = __shfl_xor_sync(0xFFFFFFFFu, even ? ab >> 16 : ab & 0xFFFF, 4);
-          *reinterpret_cast<u32*>(col + 8 * q * sx) = even ? (ab & 0xFFFF) | (other << 16) : other | (ab & 0xFFFF0000u);
+          *reinterpret_cast<u32*>(col + 8 * q * sx) = row_pair(ab, even);
         }
       }
     return;

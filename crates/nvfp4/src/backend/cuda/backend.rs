@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaFunction, CudaModule};
 
 use super::compile;
-use super::device::{self, DeviceF16, DeviceNvfp4, Nvfp4View, Workspace, WorkspaceNeeds};
+use super::device::{self, DeviceF16, DeviceNvfp4, Workspace, WorkspaceNeeds};
 use super::device_op::{BoundOp, DeviceOp, GemmViews, Work};
 use super::fallback::{self, MmaLaunch, MmaOperands};
 use super::gemv::{self, GemvConfig, GemvLaunch};
@@ -116,6 +116,9 @@ impl CudaBackend {
         let work = match op {
             DeviceOp::Gemv(v) => {
                 let (a, b) = (&v.a.meta, &v.b.meta);
+                if b.layout != a.layout {
+                    return Err(crate::Error::Shape("gemv: A and B must share one scale layout".into()));
+                }
                 let mut failure = None;
                 let config = GemvConfig::choose((a.rows, a.k, a.l), a.layout, sms, |sym, smem| {
                     match self.function(&kernels::gemv::GEMV, sym) {
@@ -133,9 +136,6 @@ impl CudaBackend {
                 if let Some(e) = failure {
                     return Err(e);
                 }
-                if b.layout != a.layout {
-                    return Err(crate::Error::Shape("gemv: A and B must share one scale layout".into()));
-                }
                 let f = self.function(&kernels::gemv::GEMV, config.symbol)?;
                 let ws = workspace(config.scratch())?;
                 Work::Gemv(Box::new(GemvLaunch::bind(gpu, config, f, (v.a, v.b), v.alpha, v.c, &ws)?))
@@ -144,7 +144,7 @@ impl CudaBackend {
                 let ops = Sm90Operands { a: v.a, b: std::slice::from_ref(v.b), alpha: v.alpha, c: v.c };
                 match self.bind_sm90(Op::Gemm, &ops, &mut workspace)? {
                     Some(w) => Work::Sm90(Box::new(w)),
-                    None => self.bind_fallback(fallback::GEMM_SYMBOL, &[mma(&v, None)])?,
+                    None => self.bind_fallback(fallback::GEMM_SYMBOL, &[mma(&v)])?,
                 }
             }
             DeviceOp::DualGemm { a, b1, b2, alpha, c } => {
@@ -159,7 +159,7 @@ impl CudaBackend {
                 }
             }
             DeviceOp::GroupedGemm(groups) => {
-                let ops: Vec<MmaOperands<'_>> = groups.iter().map(|g| mma(g, None)).collect();
+                let ops: Vec<MmaOperands<'_>> = groups.iter().map(mma).collect();
                 self.bind_fallback(fallback::GEMM_SYMBOL, &ops)?
             }
         };
@@ -185,11 +185,11 @@ impl CudaBackend {
         let sms = self.gpu.info().sms as usize;
         let mut plan = sm90::plan(op, mnkl, sms, forced);
         let main = self.function(op.module(), plan.symbol())?;
+        let smem = plan.layout().smem_bytes; // the variant's: unchanged by a re-plan below
+        self.gpu.allow_smem(&main, smem)?;
         // The schedule assumes every cluster of the grid runs at once; where the GPU holds fewer,
         // unpaired CTAs instead.
         if plan.cluster > 1 {
-            let smem = plan.layout().smem_bytes;
-            self.gpu.allow_smem(&main, smem)?;
             let fit = self.gpu.max_active_clusters(
                 &main,
                 (kernels::sm90::THREADS, 1, 1),
@@ -202,7 +202,7 @@ impl CudaBackend {
         }
         let kernels = Sm90Kernels { main, decode_x: self.function(&DECODE_X, DECODE_X_SYMBOL)? };
         let ws = workspace(plan.scratch().needs)?;
-        Ok(Some(sm90::bind(&self.gpu, &plan, kernels, ops, &ws)?))
+        Ok(Some(sm90::bind(&plan, kernels, ops, &ws)?))
     }
 
     fn bind_fallback(&self, symbol: &'static str, ops: &[MmaOperands<'_>]) -> Result<Work> {
@@ -211,6 +211,7 @@ impl CudaBackend {
     }
 }
 
-fn mma<'a>(v: &GemmViews<'a>, b2: Option<&'a Nvfp4View>) -> MmaOperands<'a> {
-    MmaOperands { a: v.a, b: v.b, b2, alpha: v.alpha, c: v.c }
+/// A GEMM's operands for the fallback.
+fn mma<'a>(v: &GemmViews<'a>) -> MmaOperands<'a> {
+    MmaOperands { a: v.a, b: v.b, b2: None, alpha: v.alpha, c: v.c }
 }

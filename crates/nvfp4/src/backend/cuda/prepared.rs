@@ -1,47 +1,81 @@
-//! Problems prepared for repeated launches: host operands uploaded once, outputs allocated, the
-//! operation bound with a workspace of its own (what the tests, `check` and the bench time).
+//! Problems staged on the device: host operands uploaded once, outputs allocated, the operation
+//! bound; what `prepare` returns for repeated launches (the tests, `check`, the bench) and what
+//! the host-data [`Backend`](crate::Backend) methods run once.
 
 use super::backend::CudaBackend;
 use super::device::{self, DeviceF16, DeviceNvfp4, F16View, Nvfp4View};
 use super::device_op::{BoundOp, DeviceOp, GemmViews};
 use super::gemv::GemvConfig;
 use crate::format::Nvfp4Tensor;
+use crate::ops::{DualGemm, Gemm, Gemv, GroupedGemm};
 use crate::problem::{Output, Problem};
 use crate::Result;
 
 /// f16 quiet NaN: what [`Prepared::poison`] fills outputs with.
 pub const F16_NAN_BITS: u16 = 0x7E00;
 
+/// One operation's host operands, borrowed (staging clones none of them).
+#[derive(Clone, Copy)]
+pub(super) enum HostOp<'a> {
+    Gemv(&'a Gemv),
+    Gemm(&'a Gemm),
+    DualGemm(&'a DualGemm),
+    GroupedGemm(&'a GroupedGemm),
+}
+
+impl<'a> From<&'a Problem> for HostOp<'a> {
+    fn from(p: &'a Problem) -> Self {
+        match p {
+            Problem::Gemv(g) => HostOp::Gemv(g),
+            Problem::Gemm(g) => HostOp::Gemm(g),
+            Problem::DualGemm(d) => HostOp::DualGemm(d),
+            Problem::GroupedGemm(g) => HostOp::GroupedGemm(g),
+        }
+    }
+}
+
 impl CudaBackend {
-    /// Uploads the operands of `p`, allocates its output(s) and binds it (with a workspace of its
-    /// own), ready to launch repeatedly.
+    /// Uploads the operands of `p`, allocates its output(s) and binds it with a workspace of its
+    /// own, ready to launch repeatedly.
     pub fn prepare(&self, p: &Problem) -> Result<Prepared> {
+        self.stage(HostOp::from(p), false)
+    }
+
+    /// Uploads `op`'s operands, allocates its outputs and binds it: with the backend's shared
+    /// workspace (`shared`, locked only while binding) or a workspace of its own.
+    pub(super) fn stage(&self, op: HostOp<'_>, shared: bool) -> Result<Prepared> {
         let up = |t: &Nvfp4Tensor| self.upload(t);
         let out = |l: usize, rows: usize, cols: usize| self.alloc_output([l, rows, cols]);
-        let mut ws = None;
-        let (bound, inputs, outputs, grouped) = match p {
-            Problem::Gemv(g) => {
+        let bind = |op: DeviceOp<'_>| if shared { self.bind(op) } else { self.bind_with(op, &mut None) };
+        let (bound, inputs, outputs) = match op {
+            HostOp::Gemv(g) => {
                 let (m, _, l) = g.mkl();
                 // The kernel reads both operands in one scale layout; B is one row per batch.
                 let b = if g.b.layout() == g.a.layout() { up(&g.b)? } else { up(&g.b.to_layout(g.a.layout()))? };
                 let (a, c) = (up(&g.a)?, out(l, m, 1)?);
-                let op = GemmViews { a: &a.view(), b: &b.view(), alpha: g.alpha, c: &c.view() };
-                (self.bind_with(DeviceOp::Gemv(op), &mut ws)?, vec![a, b], vec![c], false)
+                (
+                    bind(DeviceOp::Gemv(GemmViews { a: &a.view(), b: &b.view(), alpha: g.alpha, c: &c.view() }))?,
+                    vec![a, b],
+                    vec![c],
+                )
             }
-            Problem::Gemm(g) => {
+            HostOp::Gemm(g) => {
                 let (m, n, _, l) = g.mnkl();
                 let (a, b, c) = (up(&g.a)?, up(&g.b)?, out(l, m, n)?);
-                let op = GemmViews { a: &a.view(), b: &b.view(), alpha: g.alpha, c: &c.view() };
-                (self.bind_with(DeviceOp::Gemm(op), &mut ws)?, vec![a, b], vec![c], false)
+                (
+                    bind(DeviceOp::Gemm(GemmViews { a: &a.view(), b: &b.view(), alpha: g.alpha, c: &c.view() }))?,
+                    vec![a, b],
+                    vec![c],
+                )
             }
-            Problem::DualGemm(d) => {
+            HostOp::DualGemm(d) => {
                 let (m, n, _, l) = d.mnkl();
                 let (a, b1, b2, c) = (up(&d.a)?, up(&d.b1)?, up(&d.b2)?, out(l, m, n)?);
                 let op =
                     DeviceOp::DualGemm { a: &a.view(), b1: &b1.view(), b2: &b2.view(), alpha: d.alpha, c: &c.view() };
-                (self.bind_with(op, &mut ws)?, vec![a, b1, b2], vec![c], false)
+                (bind(op)?, vec![a, b1, b2], vec![c])
             }
-            Problem::GroupedGemm(gg) => {
+            HostOp::GroupedGemm(gg) => {
                 let mut inputs = Vec::with_capacity(2 * gg.groups.len());
                 let mut outputs = Vec::with_capacity(gg.groups.len());
                 for g in &gg.groups {
@@ -53,10 +87,11 @@ impl CudaBackend {
                     .collect();
                 let groups: Vec<GemmViews<'_>> =
                     views.iter().zip(&gg.groups).map(|((a, b, c), g)| GemmViews { a, b, alpha: g.alpha, c }).collect();
-                (self.bind_with(DeviceOp::GroupedGemm(&groups), &mut ws)?, inputs, outputs, true)
+                (bind(DeviceOp::GroupedGemm(&groups))?, inputs, outputs)
             }
         };
         let print_config = std::env::var("NVFP4_PRINT_CONFIG").is_ok_and(|v| v == "1");
+        let grouped = matches!(op, HostOp::GroupedGemm(_));
         Ok(Prepared { bound, _inputs: inputs, outputs, grouped, print_config })
     }
 }
@@ -89,12 +124,14 @@ impl Prepared {
         Ok(())
     }
 
+    /// Waits for the stream and downloads the output tensors (one per group for grouped GEMM).
+    pub(super) fn output_tensors(&self) -> Result<Vec<crate::format::F16Tensor>> {
+        self.outputs.iter().map(|out| device::download(&self.bound.gpu, out)).collect()
+    }
+
     /// Waits for the stream and downloads the output.
     pub fn output(&self) -> Result<Output> {
-        let mut tensors = Vec::with_capacity(self.outputs.len());
-        for out in &self.outputs {
-            tensors.push(device::download(&self.bound.gpu, out)?);
-        }
+        let mut tensors = self.output_tensors()?;
         Ok(if self.grouped { Output::Grouped(tensors) } else { Output::Single(tensors.remove(0)) })
     }
 

@@ -42,7 +42,7 @@ pub(crate) struct Sm90Launch {
     kernels: Sm90Kernels,
     params: Box<Sm90Params>,
     x_params: XDecodeParams,
-    x_blocks: u32,
+    shapes: (LaunchShape, LaunchShape), // pre-pass, main kernel
     _keep: Vec<Keep>,
 }
 
@@ -91,9 +91,9 @@ fn check_operands(plan: &Sm90Plan, ops: &Sm90Operands<'_>) -> Result<()> {
 }
 
 /// Binds `plan` to `ops`, with `ws` (holding `plan.scratch().needs`) for the decoded X, the
-/// split-K partials and their counters. Encodes the tensor maps; allocates nothing.
+/// split-K partials and their counters. Encodes the tensor maps; allocates nothing. The caller has
+/// let the main kernel take the plan's shared memory.
 pub(crate) fn bind(
-    gpu: &Gpu,
     plan: &Sm90Plan,
     kernels: Sm90Kernels,
     ops: &Sm90Operands<'_>,
@@ -187,27 +187,23 @@ pub(crate) fn bind(
         workspace,
         counters,
     });
-    gpu.allow_smem(&kernels.main, plan.layout().smem_bytes)?;
     let keep: Vec<Keep> =
         ops.b.iter().chain([ops.a]).filter_map(Nvfp4View::keep).chain(ops.c.keep()).chain([ws.keep()]).collect();
-    Ok(Sm90Launch { plan: plan.clone(), kernels, params, x_params, x_blocks: x_blocks as u32, _keep: keep })
+    // The main kernel starts while the pre-pass runs (barrier setup, first W loads) and waits for
+    // it before its first X load.
+    let shapes = (
+        LaunchShape::linear(x_blocks as u32, DECODE_X_THREADS, 0),
+        LaunchShape::linear(plan.grid as u32, THREADS, plan.layout().smem_bytes as u32)
+            .with(LaunchOptions { dependent: true, cluster_x: plan.cluster as u32 }),
+    );
+    Ok(Sm90Launch { plan: plan.clone(), kernels, params, x_params, shapes, _keep: keep })
 }
 
 impl Sm90Launch {
     /// Enqueues the X pre-pass and the main kernel on `stream`.
     pub(crate) fn launch(&self, gpu: &Gpu, stream: StreamHandle) -> Result<()> {
-        let p = &self.plan;
-        gpu.launch(
-            stream,
-            &self.kernels.decode_x,
-            LaunchShape::linear(self.x_blocks, DECODE_X_THREADS, 0),
-            &self.x_params,
-        )?;
-        // The main kernel starts while the pre-pass runs (barrier setup, first W loads) and waits
-        // for it before its first X load.
-        let shape = LaunchShape::linear(p.grid as u32, THREADS, p.layout().smem_bytes as u32)
-            .with(LaunchOptions { dependent: true, cluster_x: p.cluster as u32 });
-        gpu.launch(stream, &self.kernels.main, shape, self.params.as_ref())
+        gpu.launch(stream, &self.kernels.decode_x, self.shapes.0, &self.x_params)?;
+        gpu.launch(stream, &self.kernels.main, self.shapes.1, self.params.as_ref())
     }
 }
 
