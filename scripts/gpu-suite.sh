@@ -126,7 +126,7 @@ if has_step sanitizer; then
   : >"$log"
   if command -v compute-sanitizer >/dev/null && [[ -x "$BIN/test-cuda" ]]; then
     run_step "memcheck (small GEMV, grouped)" "$log" compute-sanitizer --tool memcheck --error-exitcode 1 \
-      "$BIN/test-cuda" --ignored --test-threads=1 gemv_alpha_nan_and_mixed_layouts grouped_gemm_fallback_bit_exact \
+      "$BIN/test-cuda" --ignored --test-threads=1 gemv_alpha_nan_and_mixed_layouts grouped_gemm_bit_exact \
       gemv_spec_tests_bit_exact
     # The SPEC GEMV shapes include split-K ones (shared memory staging + cross-CTA fixup).
     run_step "racecheck (SPEC GEMV incl. split-K)" "$log" compute-sanitizer --tool racecheck --error-exitcode 1 \

@@ -19,7 +19,7 @@ use nvfp4::backend::cuda::sm90::{self, Forced, Op};
 use nvfp4::backend::cuda::{CudaBackend, Prepared};
 use nvfp4::check::{compare_outputs, Mode};
 use nvfp4::problem::Problem;
-use nvfp4::problem::{generate, Shape};
+use nvfp4::problem::{generate, ProblemKind, Shape};
 use nvfp4::CpuBackend;
 
 mod common;
@@ -41,8 +41,15 @@ fn main() {
         Some("soak") if args.len() >= 4 => soak(&args[1], &args[2], args[3].parse().expect("SECONDS")),
         Some("config") => {
             for s in &args[1..] {
-                let (op, (m, n, k)) = parse_case(s);
-                println!("{}", sm90::plan(op, (m, n, k, 1), 132, None));
+                match parse_case(s) {
+                    (Op::Grouped, Shape::GroupedGemm { groups }) => {
+                        println!("{}", sm90::grouped_plan(&sm90::GroupedShape::List(groups), 132, None))
+                    }
+                    (op, Shape::Gemm { m, n, k, l } | Shape::DualGemm { m, n, k, l }) => {
+                        println!("{}", sm90::plan(op, (m, n, k, l), 132, None))
+                    }
+                    (_, other) => panic!("no plan for {other}"),
+                }
             }
         }
         _ => {
@@ -55,23 +62,20 @@ fn main() {
     }
 }
 
-/// `MxNxK` (GEMM) or `dual:MxNxK` (dual GEMM).
-fn parse_case(s: &str) -> (Op, (usize, usize, usize)) {
-    let (op, mnk) = match s.strip_prefix("dual:") {
-        Some(rest) => (Op::Dual, rest),
-        None => (Op::Gemm, s),
-    };
-    let v: Vec<usize> = mnk.split('x').map(|t| t.parse().expect("MxNxK")).collect();
-    assert_eq!(v.len(), 3, "shape {s}: want MxNxK");
-    (op, (v[0], v[1], v[2]))
+/// `MxNxK` (GEMM), `dual:MxNxK` (dual GEMM) or `grouped:m1,m2,../n/k` (grouped GEMM).
+fn parse_case(s: &str) -> (Op, Shape) {
+    let parse = |kind, t: &str| Shape::parse(kind, t).unwrap_or_else(|e| panic!("shape {s}: {e}"));
+    if let Some(rest) = s.strip_prefix("dual:") {
+        (Op::Dual, parse(ProblemKind::DualGemm, rest))
+    } else if let Some(rest) = s.strip_prefix("grouped:") {
+        (Op::Grouped, parse(ProblemKind::GroupedGemm, rest))
+    } else {
+        (Op::Gemm, parse(ProblemKind::Gemm, s))
+    }
 }
 
-fn problem(op: Op, (m, n, k): (usize, usize, usize), seed: u64) -> Problem {
-    let shape = match op {
-        Op::Gemm => Shape::Gemm { m, n, k, l: 1 },
-        Op::Dual => Shape::DualGemm { m, n, k, l: 1 },
-    };
-    generate(&shape, seed).unwrap()
+fn problem(shape: &Shape, seed: u64) -> Problem {
+    generate(shape, seed).unwrap()
 }
 
 /// Prepares `p` under a forced configuration (`auto`: the heuristic's) and checks it.
@@ -84,7 +88,7 @@ fn prepare_checked(b: &CudaBackend, op: Op, p: &Problem, reference: &nvfp4::prob
     let mut prep = prep.unwrap_or_else(|e| panic!("{cfg}: prepare: {e}"));
     prep.poison().unwrap();
     prep.launch().unwrap();
-    let mode = if op == Op::Gemm { Mode::BitExact } else { Mode::Tolerance };
+    let mode = if op == Op::Dual { Mode::Tolerance } else { Mode::BitExact };
     let report = compare_outputs(&prep.output().unwrap(), reference, mode);
     // DIAG_NOCHECK=1 times kernels that are wrong on purpose (ablations of kernel variants
     // loaded with NVFP4_KERNELS_DIR).
@@ -103,8 +107,8 @@ fn timing(args: &[String]) {
     let mut rows = Vec::new();
     for (i, case) in cases.iter().enumerate() {
         let (shape, cfgs) = case.split_once('=').unwrap_or((case, "auto"));
-        let (op, mnk) = parse_case(shape);
-        let p = problem(op, mnk, 700 + i as u64);
+        let (op, shape_v) = parse_case(shape);
+        let p = problem(&shape_v, 700 + i as u64);
         let reference = p.run(&CpuBackend).unwrap();
         for cfg in cfgs.split(',') {
             let mut prep = prepare_checked(&b, op, &p, &reference, cfg);
@@ -124,8 +128,8 @@ fn timing(args: &[String]) {
 
 fn profile(shape: &str, cfg: Option<&str>) {
     let b = gpu();
-    let (op, mnk) = parse_case(shape);
-    let p = problem(op, mnk, 700);
+    let (op, shape_v) = parse_case(shape);
+    let p = problem(&shape_v, 700);
     let reference = p.run(&CpuBackend).unwrap();
     let mut prep = prepare_checked(&b, op, &p, &reference, cfg.unwrap_or("auto"));
     let (med, _) = time_memset_flush(&b, &mut prep, 5);
@@ -134,8 +138,8 @@ fn profile(shape: &str, cfg: Option<&str>) {
 
 fn soak(shape: &str, cfg: &str, seconds: f64) {
     let b = gpu();
-    let (op, mnk) = parse_case(shape);
-    let p = problem(op, mnk, 700);
+    let (op, shape_v) = parse_case(shape);
+    let p = problem(&shape_v, 700);
     let reference = p.run(&CpuBackend).unwrap();
     let mut prep = prepare_checked(&b, op, &p, &reference, cfg);
     let start = std::time::Instant::now();

@@ -149,7 +149,7 @@ fn dual_gemm_fallback_tolerance() {
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
-fn grouped_gemm_fallback_bit_exact() {
+fn grouped_gemm_bit_exact() {
     let b = gpu();
     for (i, shape) in test_shapes(ProblemKind::GroupedGemm).iter().enumerate() {
         let p = generate(shape, 4000 + i as u64).unwrap();

@@ -16,7 +16,7 @@ NVFP4_DEVICE float4 add4(float4 a, float4 b) { return make_float4(a.x + b.x, a.y
 // NOTE: through registers the last piece kept ~16 KB in flight per SM, about 1 µs per round trip:
 // ~10 µs for two pieces of a 128 x 256 tile, which made split-K and stream-K lose to no split.
 template <class C>
-NVFP4_DEVICE void sum_staged(Consumer<C>& cs, const Smem<C>& sm, const Unit& un, const float* ws_tile) {
+NVFP4_DEVICE void sum_staged(Consumer<C>& cs, const Smem<C>& sm, const Unit& un, const Partials& ws) {
   using Cs = Consumer<C>;
   constexpr int QUADS = C::WM * Cs::NACC / 4;
   constexpr u32 TILE_BYTES = C::BM * C::BN * 4;
@@ -31,7 +31,7 @@ NVFP4_DEVICE void sum_staged(Consumer<C>& cs, const Smem<C>& sm, const Unit& un,
     if (Cs::ctid() == 0) {
       ptx::fence_proxy_async_global();  // the pieces were written by other CTAs' generic stores
       ptx::mbar_arrive_expect_tx(sm.fixup(), TILE_BYTES);
-      const u8* src = reinterpret_cast<const u8*>(ws_tile + sl * ((i64)C::BM * C::BN));
+      const u8* src = reinterpret_cast<const u8*>(ws.at(sl));
       for (u32 off = 0; off < TILE_BYTES; off += CHUNK_BYTES) {
         const u32 n = TILE_BYTES - off < CHUNK_BYTES ? TILE_BYTES - off : CHUNK_BYTES;
         ptx::bulk_load(dst + off, src + off, n, sm.fixup(), ptx::policy_evict_first());
@@ -74,7 +74,7 @@ NVFP4_DEVICE bool reduce_pieces(const typename S::Params& p, Consumer<C>& cs, co
   using Cs = Consumer<C>;
   constexpr int QUADS = C::WM * Cs::NACC / 4;
   constexpr i64 TILE_FLOATS = (i64)C::BM * C::BN;
-  float* ws_tile = S::partials(p, un, TILE_FLOATS);
+  const Partials ws = S::partials(p, un, TILE_FLOATS);
   u32* flag = reinterpret_cast<u32*>(__cvta_shared_to_generic(sm.flag()));
   u32* counter = S::counter(p, un);
   // With at most one piece before this one the staged sum runs in place (f32 addition
@@ -91,11 +91,11 @@ NVFP4_DEVICE bool reduce_pieces(const typename S::Params& p, Consumer<C>& cs, co
     ptx::named_barrier(1, 256);
     if (*flag) {
       if (Cs::ctid() == 0) *counter = 0;  // ready for the next launch
-      sum_staged<C>(cs, sm, un, ws_tile);
+      sum_staged<C>(cs, sm, un, ws);
       return true;
     }
   }
-  float* mine = ws_tile + un.piece * TILE_FLOATS;
+  float* mine = ws.at(un.piece);
 #pragma unroll
   for (int q = 0; q < QUADS; ++q) ptx::st_cg_v4(mine + Cs::quad_offset(q), cs.quad(q));
   // One acquire-release arrival per CTA, after a barrier: it publishes every consumer thread's
@@ -107,17 +107,17 @@ NVFP4_DEVICE bool reduce_pieces(const typename S::Params& p, Consumer<C>& cs, co
   if (!*flag) return false;
   if (Cs::ctid() == 0) *counter = 0;  // ready for the next launch
   if (staged) {
-    sum_staged<C>(cs, sm, un, ws_tile);
+    sum_staged<C>(cs, sm, un, ws);
     return true;
   }
   // From global memory, straight into the accumulators (this piece's own partial read back too):
   // only the loads in flight of pieces 1.. need registers.
   constexpr int CHUNK = C::WM * Cs::NACC <= 64 ? 8 : 4;
 #pragma unroll
-  for (int q = 0; q < QUADS; ++q) cs.set_quad(q, ptx::ld_cg_v4(ws_tile + Cs::quad_offset(q)));
+  for (int q = 0; q < QUADS; ++q) cs.set_quad(q, ptx::ld_cg_v4(ws.at(0) + Cs::quad_offset(q)));
 #pragma unroll 1
   for (int sl = 1; sl < un.pieces; ++sl) {
-    const float* piece = ws_tile + sl * TILE_FLOATS;
+    const float* piece = ws.at(sl);
 #pragma unroll
     for (int q0 = 0; q0 < QUADS; q0 += CHUNK) {
       float4 v[CHUNK];

@@ -75,6 +75,9 @@ NVFP4_DEVICE void run(const typename S::Params& p) {
   else
     __syncthreads();
 
+  // The walk's table comes from the pre-pass.
+  if constexpr (S::TABLE_ON_DEVICE) ptx::wait_prerequisites();
+
   // Registers, then the roles.
   if (threadIdx.x < 128) {
     ptx::setmaxnreg_dec<PRODUCER_REGS>();

@@ -116,11 +116,11 @@ NVFP4_DEVICE void producer_x(const typename S::Params& p, const Smem<C>& sm) {
     // The slot is free when the consumers of every CTA it is multicast to have released it.
     if (g >= (u32)C::X_STAGES) ptx::mbar_wait(sm.empty_x(xs), ((g / C::X_STAGES) - 1) & 1);
     ptx::mbar_arrive_expect_tx(sm.full_x(xs), C::X_BYTES);
-    const i32 row = w.cur.tx * C::BN + rank * rows;
+    const i32 row = w.cur.x_base + w.cur.tx * C::BN + rank * rows, l = pr.x_flat ? 0 : w.cur.l;
     if (cluster == 1)
-      ptx::tma_load_3d(sm.x(xs), &pr.tmap_x, sm.full_x(xs), w.kk * ROW_BYTES, row, w.cur.l, pol_x);
+      ptx::tma_load_3d(sm.x(xs), &pr.tmap_x, sm.full_x(xs), w.kk * ROW_BYTES, row, l, pol_x);
     else
-      ptx::tma_load_3d_multicast(sm.x(xs) + part, &pr.tmap_x, sm.full_x(xs), w.kk * ROW_BYTES, row, w.cur.l,
+      ptx::tma_load_3d_multicast(sm.x(xs) + part, &pr.tmap_x, sm.full_x(xs), w.kk * ROW_BYTES, row, l,
                                  (u16)((1u << cluster) - 1), pol_x);
   }
 }

@@ -9,9 +9,11 @@
 //   first(p, u, end)            the CTA's first unit start and the end of its walk
 //   next(p, u)                  the start of the unit after the one at u
 //   unit_at(p, u, end)          the unit that starts at u
-//   partials(p, u, floats)      the f32 workspace of the unit's tile pieces
+//   partials(p, u, floats)      where the pieces of the unit's tile keep their f32 partials
 //   counter(p, u)               the arrival counter of the unit's tile (zero between launches)
 //   prefetch_tensormaps(p, n)   warms the descriptor cache for the tensor maps of n W parts and X
+//   TABLE_ON_DEVICE             the walk reads a table the pre-pass writes: every role waits for
+//                               the pre-pass before its first unit
 #pragma once
 
 #include "sm90/config.cuh"
@@ -24,6 +26,17 @@ struct Unit {
   i32 tile;           // index of (tw, tx, l) for the split-K workspace and counters
   i32 piece, pieces;  // this K piece of the tile, and how many the tile has
   i32 k0, k1;         // 64-element k-steps [k0, k1)
+  i32 prob;           // the problem (a grouped launch's group)
+  i32 x_base, x_end;  // the tile's X rows start at x_base + tx * BN; rows from x_end on (another
+                      // group's) are not stored, nor rows past the problem's x_rows
+};
+
+// Where a tile's K pieces keep their f32 partial tiles: piece j's at base + j * stride, and the
+// first piece's `head` further.
+struct Partials {
+  float* base;
+  i64 stride, head;
+  NVFP4_DEVICE float* at(i32 j) const { return base + j * stride + (j == 0 ? head : 0); }
 };
 
 // One problem, its tiles cut along K by split-K or stream-K.
@@ -32,6 +45,7 @@ struct Unit {
 // load the same X sub-stages, each CTA half of it, multicast to both.
 struct SingleProblem {
   using Params = Sm90Params;
+  static constexpr bool TABLE_ON_DEVICE = false;
 
   NVFP4_DEVICE static const Sm90Problem& problem(const Params& p, const Unit&) { return p.prob; }
   NVFP4_DEVICE static i32 cluster(const Params& p) { return p.sched.cluster; }
@@ -39,10 +53,10 @@ struct SingleProblem {
     for (int part = 0; part < parts; ++part) ptx::prefetch_tensormap(&p.prob.tmap_w[part]);
     ptx::prefetch_tensormap(&p.prob.tmap_x);
   }
-  // A unit's f32 partial tiles (split-K, stream-K: `split` pieces at most per tile) and its
-  // arrival counter.
-  NVFP4_DEVICE static float* partials(const Params& p, const Unit& u, i64 tile_floats) {
-    return p.workspace + (i64)u.tile * p.sched.split * tile_floats;
+  // The f32 partial tiles of a unit's tile pieces (split-K, stream-K: `split` pieces at most per
+  // tile, one after the other) and the tile's arrival counter.
+  NVFP4_DEVICE static Partials partials(const Params& p, const Unit& u, i64 tile_floats) {
+    return Partials{p.workspace + (i64)u.tile * p.sched.split * tile_floats, tile_floats, 0};
   }
   NVFP4_DEVICE static u32* counter(const Params& p, const Unit& u) { return p.counters + u.tile; }
 
@@ -85,6 +99,9 @@ struct SingleProblem {
     r.tx = (group / groups_w) % s.tiles_x;
     r.l = group / (groups_w * s.tiles_x);
     r.tile = (r.l * s.tiles_x + r.tx) * s.tiles_w + r.tw;
+    r.prob = 0;
+    r.x_base = 0;
+    r.x_end = 0x7FFFFFFF;  // the operand's rows (store.cuh clips at x_rows)
     return r;
   }
 

@@ -74,7 +74,8 @@ NVFP4_DEVICE void store_tma(const Sm90Problem& pr, const Unit& un, const Smem<C>
   if (ct == 0) {
 #pragma unroll
     for (int b = 0; b < BOXES; ++b)
-      ptx::tma_store_3d(&pr.tmap_c, sm.base + b * BOX_BYTES, (un.tw * C::PART_ROWS + 64 * b) * 2, un.tx * C::BN, un.l);
+      ptx::tma_store_3d(&pr.tmap_c, sm.base + b * BOX_BYTES, (un.tw * C::PART_ROWS + 64 * b) * 2,
+                        un.x_base + un.tx * C::BN, pr.x_flat ? 0 : un.l);
     ptx::bulk_commit_group();
     ptx::bulk_wait_group_0();
   }
@@ -83,8 +84,8 @@ NVFP4_DEVICE void store_tma(const Sm90Problem& pr, const Unit& un, const Smem<C>
 // Stores this thread's output elements of the unit's tile: element (mt, i) of the accumulator
 // layout (output row out_row(mt, h) of the tile, h = (i >> 1) & 1, column 8 * (i >> 2) +
 // 2 * (lane % 4) + (i & 1)) for the fragment rows h < H, its value `val(mt, i)` converted by Cvt.
-// Output row w of the problem and column x go to c[l * c_stride_l + w * c_stride_w + x *
-// c_stride_x]. Offsets are 32-bit: the host checks that L * M * N fits. A tile wholly inside c
+// Output row w of the problem and column x (below the unit's x_end) go to c[l * c_stride_l + w *
+// c_stride_w + x * c_stride_x]. Offsets are 32-bit: the host checks that L * M * N fits. A tile wholly inside c
 // with even strides takes a fast path of 4-byte stores of f16 pairs: adjacent x when c rows run
 // along x; when they run along w, the pairs of adjacent w, held by lanes 4 apart, are formed by
 // one exchange.
@@ -94,15 +95,17 @@ NVFP4_DEVICE void store_rows(const Sm90Problem& pr, const Unit& un, const Smem<C
   u16* cl = pr.c + (i64)un.l * pr.c_stride_l;
   const int ct = (int)ptx::tid_x_here() - 128, lane = ct % 32, t = lane % 4;
   const auto out_row = [&](int mt, int h) { return Cs::out_row_of(ct, mt, h); };
-  const i32 sw = (i32)pr.c_stride_w, sx = (i32)pr.c_stride_x, w0 = un.tw * C::PART_ROWS, x0 = un.tx * C::BN;
+  const i32 sw = (i32)pr.c_stride_w, sx = (i32)pr.c_stride_x, w0 = un.tw * C::PART_ROWS;
+  const i32 x0 = un.x_base + un.tx * C::BN, x_end = min(un.x_end, pr.x_rows);
   // NOTE: not with 2 m-tiles, 2 rows per thread and 128 accumulators (GEMM m256n128): it spills.
   constexpr bool TMA_FITS = C::WM == 1 || H == 1 || C::WM * C::BN / 2 < 128;
-  if (TMA_FITS && staged && pr.c_tma && sw == 1) {
+  // The TMA clips at the output's edges only: a tile that reaches into the next group's rows
+  // stores element by element.
+  if (TMA_FITS && staged && pr.c_tma && sw == 1 && (un.x_end >= pr.x_rows || x0 + C::BN <= un.x_end)) {
     store_tma<C, H, Cvt>(pr, un, sm, val);
     return;
   }
-  const bool full =
-      Cvt::PAIRS && w0 + C::PART_ROWS <= pr.w_rows && x0 + C::BN <= pr.x_rows && pr.c_stride_l % 2 == 0;
+  const bool full = Cvt::PAIRS && w0 + C::PART_ROWS <= pr.w_rows && x0 + C::BN <= x_end && pr.c_stride_l % 2 == 0;
   if (full && sx == 1 && sw % 2 == 0) {
 #pragma unroll
     for (int mt = 0; mt < C::WM; ++mt)
@@ -143,7 +146,7 @@ NVFP4_DEVICE void store_rows(const Sm90Problem& pr, const Unit& un, const Smem<C
       const int h = (i >> 1) & 1;
       if (h >= H) continue;
       const i32 w = w0 + out_row(mt, h), x = x0 + 8 * (i >> 2) + 2 * t + (i & 1);
-      if (w < pr.w_rows && x < pr.x_rows) cl[w * sw + x * sx] = (u16)Cvt::one(pr, val(mt, i));
+      if (w < pr.w_rows && x < x_end) cl[w * sw + x * sx] = (u16)Cvt::one(pr, val(mt, i));
     }
 }
 

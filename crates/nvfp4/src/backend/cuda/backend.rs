@@ -8,13 +8,13 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaFunction, CudaModule};
 
 use super::compile;
-use super::device::{self, DeviceF16, DeviceNvfp4, Workspace, WorkspaceNeeds};
+use super::device::{self, DeviceF16, DeviceNvfp4, I32View, Workspace, WorkspaceNeeds};
 use super::device_op::{BoundOp, DeviceOp, GemmViews, Work};
 use super::fallback::{self, MmaLaunch, MmaOperands};
 use super::gemv::{self, GemvConfig, GemvLaunch};
 use super::kernels::{self, sm90::Op, sm90::DECODE_X, sm90::DECODE_X_SYMBOL, KernelModule};
 use super::runtime::{cuda_err, Gpu};
-use super::sm90::{self, Forced, Sm90Kernels, Sm90Launch, Sm90Operands};
+use super::sm90::{self, Forced, GroupOperands, GroupedLaunch, GroupedOperands, Sm90Kernels, Sm90Launch, Sm90Operands};
 use crate::format::{F16Tensor, Nvfp4Tensor};
 use crate::Result;
 
@@ -80,9 +80,20 @@ impl CudaBackend {
         device::upload(&self.gpu, t)
     }
 
+    /// Copies i32 values (a MoE launch's expert offsets) to the device.
+    pub fn upload_i32(&self, values: &[i32]) -> Result<I32View> {
+        device::upload_i32(&self.gpu, values)
+    }
+
     /// A zeroed f16 output `[L, rows, cols]` on the device.
     pub fn alloc_output(&self, shape: [usize; 3]) -> Result<DeviceF16> {
         device::alloc_f16(&self.gpu, shape)
+    }
+
+    /// Enqueues a fill of an output with f16 NaN (tests: an element a kernel leaves unwritten stays
+    /// NaN).
+    pub fn poison(&self, t: &DeviceF16) -> Result<()> {
+        device::fill_f16(&self.gpu, t, super::F16_NAN_BITS)
     }
 
     /// Waits for the stream and copies an output back to the host.
@@ -159,8 +170,25 @@ impl CudaBackend {
                 }
             }
             DeviceOp::GroupedGemm(groups) => {
-                let ops: Vec<MmaOperands<'_>> = groups.iter().map(mma).collect();
-                self.bind_fallback(fallback::GEMM_SYMBOL, &ops)?
+                let list = groups.iter().map(|g| GroupOperands { a: g.a, b: g.b, alpha: g.alpha, c: g.c }).collect();
+                match self.bind_grouped(&GroupedOperands::List(list), &mut workspace)? {
+                    Some(w) => Work::Grouped(Box::new(w)),
+                    None => {
+                        let ops: Vec<MmaOperands<'_>> = groups.iter().map(mma).collect();
+                        self.bind_fallback(fallback::GEMM_SYMBOL, &ops)?
+                    }
+                }
+            }
+            DeviceOp::MoeGemm { a, b, offsets, alpha, c } => {
+                let ops = GroupedOperands::Moe { a, b, offsets, alpha, c };
+                match self.bind_grouped(&ops, &mut workspace)? {
+                    Some(w) => Work::Grouped(Box::new(w)),
+                    // The offsets are on the device: no host-side split into a list.
+                    None => {
+                        let why = sm90::grouped_rejects(&ops.shape()?, None).unwrap_or_default();
+                        return Err(crate::Error::Shape(format!("MoE grouped gemm: {why}")));
+                    }
+                }
             }
         };
         Ok(BoundOp { gpu: self.gpu.clone(), work })
@@ -203,6 +231,25 @@ impl CudaBackend {
         let kernels = Sm90Kernels { main, decode_x: self.function(&DECODE_X, DECODE_X_SYMBOL)? };
         let ws = workspace(plan.scratch().needs)?;
         Ok(Some(sm90::bind(&plan, kernels, ops, &ws)?))
+    }
+
+    /// Binds a grouped launch to the skeleton, or `None` when it does not take the shape.
+    fn bind_grouped(
+        &self,
+        ops: &GroupedOperands<'_>,
+        workspace: &mut dyn FnMut(WorkspaceNeeds) -> Result<Workspace>,
+    ) -> Result<Option<GroupedLaunch>> {
+        let shape = ops.shape()?;
+        let forced = Forced::from_env(Op::Grouped);
+        if sm90::grouped_rejects(&shape, forced).is_some() {
+            return Ok(None);
+        }
+        let plan = sm90::grouped_plan(&shape, self.gpu.info().sms as usize, forced);
+        let main = self.function(Op::Grouped.module(), plan.symbol())?;
+        self.gpu.allow_smem(&main, plan.smem_bytes())?;
+        let prepare = self.function(Op::Grouped.module(), kernels::grouped::PREPARE_SYMBOL)?;
+        let ws = workspace(plan.scratch().needs)?;
+        Ok(Some(sm90::bind_grouped(&self.gpu, &plan, (prepare, main), ops, &ws)?))
     }
 
     fn bind_fallback(&self, symbol: &'static str, ops: &[MmaOperands<'_>]) -> Result<Work> {

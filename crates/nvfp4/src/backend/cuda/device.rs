@@ -163,6 +163,40 @@ pub(crate) fn fill_f16(gpu: &Gpu, t: &DeviceF16, bits: u16) -> Result<()> {
     gpu.fill_u16(&t.buf, bits)
 }
 
+/// Device memory seen as `len` i32 values (a MoE launch's expert offsets).
+#[derive(Clone)]
+pub struct I32View {
+    pub(crate) addr: u64,
+    /// Number of values.
+    pub len: usize,
+    keep: Option<Keep>,
+}
+
+impl I32View {
+    /// A view of device memory the caller owns.
+    ///
+    /// # Safety
+    /// `addr` must be a device address of this backend's context holding `len` i32 values,
+    /// 4-byte aligned, allocated until every launch bound to this view has completed.
+    pub unsafe fn from_raw(addr: u64, len: usize) -> Result<Self> {
+        if !addr.is_multiple_of(4) {
+            return Err(Error::Invalid("device i32 values must be 4-byte aligned".into()));
+        }
+        Ok(Self { addr, len, keep: None })
+    }
+    /// What keeps its memory alive, if it is ours.
+    pub(crate) fn keep(&self) -> Option<Keep> {
+        self.keep.clone()
+    }
+}
+
+/// Copies i32 values to the device.
+pub(crate) fn upload_i32(gpu: &Gpu, values: &[i32]) -> Result<I32View> {
+    let buf = gpu.upload(values, "i32 values")?;
+    let addr = gpu.addr(&buf);
+    Ok(I32View { addr, len: values.len(), keep: Some(Arc::new(buf)) })
+}
+
 /// Waits for the stream and copies an output back.
 pub(crate) fn download(gpu: &Gpu, t: &DeviceF16) -> Result<F16Tensor> {
     gpu.sync()?;

@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use super::device::{F16View, Nvfp4View};
+use super::device::{F16View, I32View, Nvfp4View};
 use super::fallback::MmaLaunch;
 use super::gemv::{GemvConfig, GemvLaunch};
 use super::runtime::{Gpu, StreamHandle};
-use super::sm90::Sm90Launch;
+use super::sm90::{GroupedLaunch, Sm90Launch};
 use crate::Result;
 
 /// A GEMM-shaped problem on device operands: `c = A·Bᵀ` with an optional alpha.
@@ -43,6 +43,22 @@ pub enum DeviceOp<'a> {
     },
     /// Grouped GEMM: every group in one launch (L = 1 each).
     GroupedGemm(&'a [GemmViews<'a>]),
+    /// The MoE form of the grouped GEMM: tokens `[1, T, K]` sorted by expert, every expert's
+    /// weights in one `[E, N, K]` tensor, `offsets[e]` the end row (exclusive) of expert e's
+    /// tokens, in device memory (never read by the host), output `[1, T, N]`. Rows at or past
+    /// `offsets[E - 1]` are not written; offsets are clamped into `[0, T]`.
+    MoeGemm {
+        /// The tokens.
+        a: &'a Nvfp4View,
+        /// The experts' weights.
+        b: &'a Nvfp4View,
+        /// E end rows, non-decreasing.
+        offsets: &'a I32View,
+        /// The optional FP32 factor before the final rounding.
+        alpha: Option<f32>,
+        /// The output.
+        c: &'a F16View,
+    },
 }
 
 /// What a bound operation launches.
@@ -50,6 +66,7 @@ pub(super) enum Work {
     Gemv(Box<GemvLaunch>),
     Mma(MmaLaunch),
     Sm90(Box<Sm90Launch>),
+    Grouped(Box<GroupedLaunch>),
 }
 
 /// An operation bound to device operands, output and workspace: launchable any number of times
@@ -70,6 +87,7 @@ impl BoundOp {
             Work::Gemv(w) => w.launch(&self.gpu, stream),
             Work::Mma(w) => w.launch(&self.gpu, stream),
             Work::Sm90(w) => w.launch(&self.gpu, stream),
+            Work::Grouped(w) => w.launch(&self.gpu, stream),
         }
     }
     /// The launch configuration, printable.
@@ -78,13 +96,14 @@ impl BoundOp {
             Work::Gemv(w) => w.config.to_string(),
             Work::Mma(w) => w.config.to_string(),
             Work::Sm90(w) => w.plan.to_string(),
+            Work::Grouped(w) => w.plan.to_string(),
         }
     }
     /// The GEMV configuration, when this is a GEMV.
     pub fn gemv_config(&self) -> Option<&GemvConfig> {
         match &self.work {
             Work::Gemv(w) => Some(&w.config),
-            Work::Mma(_) | Work::Sm90(_) => None,
+            Work::Mma(_) | Work::Sm90(_) | Work::Grouped(_) => None,
         }
     }
 }

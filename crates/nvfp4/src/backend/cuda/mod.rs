@@ -6,7 +6,7 @@
 //!   kernel, and the generated header with every size Rust and CUDA share.
 //! - [`compile`]: NVRTC options, the CUBIN cache, the ptxas report.
 //! - [`device`]: device-resident operands and views, `upload`, workspaces.
-//! - [`gemv`], [`sm90`] (the GEMM skeleton: GEMM and fused dual GEMM), [`fallback`]: for each
+//! - [`gemv`], [`sm90`] (the GEMM skeleton: GEMM, fused dual GEMM, grouped GEMM), [`fallback`]: for each
 //!   kernel family a pure plan, a bind step (plan + views + output + workspace -> parameters) and
 //!   a launch on a stream.
 //! - `backend`: [`CudaBackend`]: the device, the module cache, upload and download, and which
@@ -14,8 +14,8 @@
 //!   thin layer on top; `prepared`: [`Prepared`] problems for repeated launches.
 //!
 //! Environment: `NVFP4_CACHE_DIR` (CUBIN cache folder), `NVFP4_PRINT_CONFIG=1` (print each
-//! prepared problem's launch configuration to stderr at its first launch), `NVFP4_GEMM_SM90` and
-//! `NVFP4_DUAL_SM90` (force a skeleton configuration, see [`sm90::Forced`]), `NVFP4_KERNELS_DIR`
+//! prepared problem's launch configuration to stderr at its first launch), `NVFP4_GEMM_SM90`,
+//! `NVFP4_DUAL_SM90` and `NVFP4_GROUPED_SM90` (force a skeleton configuration, see [`sm90::Forced`]), `NVFP4_KERNELS_DIR`
 //! (development: compile kernel sources from this folder instead of the embedded ones, see
 //! [`compile::Sources`]).
 
@@ -35,14 +35,14 @@ use std::sync::OnceLock;
 
 pub use backend::CudaBackend;
 pub use compile::{kernel_reports, kernel_reports_to, KernelReport, DEFAULT_ARCH};
-pub use device::{DeviceF16, DeviceNvfp4, F16View, Nvfp4Meta, Nvfp4View, Workspace, WorkspaceNeeds};
+pub use device::{DeviceF16, DeviceNvfp4, F16View, I32View, Nvfp4Meta, Nvfp4View, Workspace, WorkspaceNeeds};
 pub use device_op::{BoundOp, DeviceOp, GemmViews};
 pub use fallback::MmaConfig;
 pub use gemv::GemvConfig;
 pub use kernels::KernelModule;
 pub use prepared::{Prepared, F16_NAN_BITS};
 pub use runtime::StreamHandle;
-pub use sm90::Sm90Plan;
+pub use sm90::{GroupedPlan, Sm90Plan};
 
 /// True when a CUDA driver and at least one GPU are present (checked once per process).
 pub fn is_available() -> bool {

@@ -6,6 +6,7 @@
 
 pub mod fallback;
 pub mod gemv;
+pub mod grouped;
 mod module;
 pub mod sm90;
 
@@ -14,11 +15,11 @@ use std::sync::OnceLock;
 pub use module::KernelModule;
 
 /// Every kernel module of the library.
-pub static MODULES: [&KernelModule; 5] =
-    [&gemv::GEMV, &fallback::FALLBACK, &sm90::DECODE_X, &sm90::GEMM_SM90, &sm90::DUAL_SM90];
+pub static MODULES: [&KernelModule; 6] =
+    [&gemv::GEMV, &fallback::FALLBACK, &sm90::DECODE_X, &sm90::GEMM_SM90, &sm90::DUAL_SM90, &grouped::GROUPED_SM90];
 
 /// The handwritten headers, `#include`d by these names (NVRTC has no include path).
-const STATIC_HEADERS: [(&str, &str); 10] = [
+const STATIC_HEADERS: [(&str, &str); 12] = [
     ("ptx.cuh", include_str!("../../../../kernels/ptx.cuh")),
     ("nvfp4.cuh", include_str!("../../../../kernels/nvfp4.cuh")),
     ("sm90/config.cuh", include_str!("../../../../kernels/sm90/config.cuh")),
@@ -29,6 +30,8 @@ const STATIC_HEADERS: [(&str, &str); 10] = [
     ("sm90/store.cuh", include_str!("../../../../kernels/sm90/store.cuh")),
     ("sm90/epilogue.cuh", include_str!("../../../../kernels/sm90/epilogue.cuh")),
     ("sm90/kernel.cuh", include_str!("../../../../kernels/sm90/kernel.cuh")),
+    ("sm90/decode_x.cuh", include_str!("../../../../kernels/sm90/decode_x.cuh")),
+    ("sm90/grouped.cuh", include_str!("../../../../kernels/sm90/grouped.cuh")),
 ];
 
 /// Name of the generated header.
@@ -54,6 +57,11 @@ pub fn generated_header() -> &'static str {
             sm90::Sm90Problem::cuda_decl(),
             sm90::Sm90Schedule::cuda_decl(),
             sm90::Sm90Params::cuda_decl(),
+            grouped::GroupedUnit::cuda_decl(),
+            grouped::GroupSegment::cuda_decl(),
+            grouped::GroupedBuild::cuda_decl(),
+            grouped::GroupedPrepParams::cuda_decl(),
+            grouped::Sm90GroupedParams::cuda_decl(),
         ] {
             s += &decl;
             s.push('\n');

@@ -48,13 +48,15 @@ pub enum Op {
     Gemm,
     /// Gated dual GEMM: B1 and B2 share each W tile, SwiGLU epilogue.
     Dual,
+    /// Grouped GEMM: one W operand per group, f16 store with alpha, the grouped scheduler.
+    Grouped,
 }
 
 impl Op {
     /// Operand tensors per W tile.
     pub fn parts(self) -> usize {
         match self {
-            Op::Gemm => 1,
+            Op::Gemm | Op::Grouped => 1,
             Op::Dual => 2,
         }
     }
@@ -63,6 +65,7 @@ impl Op {
         match self {
             Op::Gemm => "gemm",
             Op::Dual => "dual_gemm",
+            Op::Grouped => "grouped_gemm",
         }
     }
     /// Its module.
@@ -70,6 +73,7 @@ impl Op {
         match self {
             Op::Gemm => &GEMM_SM90,
             Op::Dual => &DUAL_SM90,
+            Op::Grouped => &super::grouped::GROUPED_SM90,
         }
     }
 }
@@ -189,7 +193,8 @@ kernel_struct! {
         k64: i32 => "i32",
         l: i32 => "i32",
         blocked: i32 => "i32",
-        pad: i32 => "i32",
+        /// a grouped pre-pass: the first block that decodes this operand
+        block0: i32 => "i32",
     }
 }
 
@@ -249,7 +254,9 @@ kernel_struct! {
         w_sf_mode: i32 => "i32",
         /// tmap_c is valid (W = B and N % 8 == 0: 16-byte row strides)
         c_tma: i32 => "i32",
-        reserved: i32 => "i32",
+        /// X and the output have no batch index (a MoE launch: W's batch is the expert, X and c
+        /// hold every expert's rows, x_base places a tile)
+        x_flat: i32 => "i32",
         /// elements between consecutive W rows (output rows of a part) in c
         c_stride_w: i64 => "i64",
         /// elements between consecutive X rows in c
@@ -300,7 +307,7 @@ kernel_struct! {
 /// The `namespace sm90` part of generated.cuh: constants and every variant's `Layout`.
 pub fn cuda_sizes() -> String {
     let mut s = String::from("namespace sm90 {\n");
-    let consts: [(&str, i64); 13] = [
+    let consts: [(&str, i64); 15] = [
         ("THREADS", THREADS as i64),
         ("BK", BK as i64),
         ("SUB", SUB as i64),
@@ -314,12 +321,15 @@ pub fn cuda_sizes() -> String {
         ("SF_DIRECT", SfMode::Direct as i64),
         ("SF_TMA", SfMode::Tma as i64),
         ("SF_BULK", SfMode::Bulk as i64),
+        ("BUILD_THREADS", super::grouped::BUILD_THREADS as i64),
+        ("MAX_SEGMENTS", super::grouped::MAX_SEGMENTS as i64),
     ];
     for (name, v) in consts {
         let _ = writeln!(s, "constexpr int {name} = {v};");
     }
     s += "\n// The shared-memory carve-up of each variant (backend/cuda/kernels/sm90.rs, Variant::layout).\n";
     s += "template <int PARTS, int BM, int BN>\nstruct Layout;\n";
+    // One carve-up per operand count: the grouped GEMM's is the GEMM's.
     for op in [Op::Gemm, Op::Dual] {
         for v in VARIANTS {
             let l = v.layout(op);

@@ -7,8 +7,8 @@ use cudarc::driver::CudaFunction;
 use super::plan::{Schedule, Sm90Plan};
 use crate::backend::cuda::device::{F16View, Keep, Nvfp4View, Workspace};
 use crate::backend::cuda::kernels::sm90::{
-    Op, SfMode, Sm90Params, Sm90Problem, Sm90Schedule, XDecodeParams, BK, DECODE_BIAS, DECODE_X_THREADS, ROW_BYTES,
-    THREADS,
+    Op, SfMode, Sm90Params, Sm90Problem, Sm90Schedule, Variant, XDecodeParams, BK, DECODE_BIAS, DECODE_X_THREADS,
+    ROW_BYTES, THREADS,
 };
 use crate::backend::cuda::runtime::{tma_map, Gpu, LaunchOptions, LaunchShape, StreamHandle, TmaMap};
 use crate::format::ScaleLayout;
@@ -54,7 +54,7 @@ pub(crate) fn pow2_f32(alpha: f64) -> Option<f32> {
     (alpha != 0.0 && mantissa == 0 && (-126..=127).contains(&exp)).then_some(alpha as f32)
 }
 
-fn to_i32(x: usize, what: &str) -> Result<i32> {
+pub(crate) fn to_i32(x: usize, what: &str) -> Result<i32> {
     i32::try_from(x).map_err(|_| Error::Invalid(format!("{what} = {x} exceeds the kernel's 32-bit indexing")))
 }
 
@@ -103,7 +103,6 @@ pub(crate) fn bind(
     let (m, n, k, l) = plan.mnkl;
     let v = plan.variant;
     let (w_rows, x_rows) = plan.wx_rows();
-    let part_rows = v.bm / plan.op.parts();
     // W parts and X: a GEMM's larger operand is W; a dual GEMM's W is B1 and B2.
     let (w, x): (Vec<&Nvfp4View>, &Nvfp4View) = match (plan.op, plan.swapped) {
         (Op::Gemm, false) => (vec![ops.a], &ops.b[0]),
@@ -121,59 +120,25 @@ pub(crate) fn bind(
         k64: to_i32(k64, "K")?,
         l: to_i32(l, "L")?,
         blocked: i32::from(x.meta.layout == ScaleLayout::Blocked),
-        pad: 0,
+        block0: 0,
     };
     // One pre-pass thread per 16-byte output chunk, 8 per 64-element group.
     let x_blocks = to_i32((l * x_rows * plan.k_iters * 8).div_ceil(DECODE_X_THREADS as usize), "X decode blocks")?;
 
-    let w_mode = SfMode::of(w[0].meta.layout, k);
-    let mut tmap_w = [TmaMap::default(); 2];
-    let mut tmap_sw = [TmaMap::default(); 2];
-    let mut sf_w = [0u64; 2];
-    let mut alpha = [0f64; 2];
-    for (i, wp) in w.iter().enumerate() {
-        tmap_w[i] = tma_map(wp.values, w_rows, k / 2, l, (part_rows, ROW_BYTES), SW128)?;
-        if w_mode == SfMode::Tma {
-            tmap_sw[i] = tma_map(wp.scales, w_rows, k / 16, l, (part_rows, 16), SW0)?;
-        }
-        sf_w[i] = wp.scales;
-    }
     // Alpha of each product, in the reference's order: alpha * global(A) * global(B_i).
+    let mut alpha = [0f64; 2];
     for (i, b) in ops.b.iter().enumerate() {
         alpha[i] = (ops.alpha.unwrap_or(1.0) * ops.a.meta.global_scale * b.meta.global_scale) as f64 * DECODE_BIAS;
     }
-    // The epilogue's TMA stores: W rows contiguous in c (W is B), 16-byte row strides.
-    let c_tma = plan.swapped && n.is_multiple_of(8) && ops.c.addr.is_multiple_of(16);
-    // C is [L, M, N]: W rows step by N (or 1 when W is B), X rows by 1 (or N).
-    let (c_stride_w, c_stride_x) = if plan.swapped { (1, n as i64) } else { (n as i64, 1) };
+    let out = OutputSide { addr: ops.c.addr, m, n, l, swapped: plan.swapped, flat: false };
+    let prob = problem_struct(v, plan.cluster, (&w, w_rows, k, l), (x16, x_rows, l), alpha, out)?;
     let (workspace, counters) = if plan.split > 1 {
         (ws.at(scratch.partials.0, scratch.partials.1)?, ws.counters(scratch.needs.counters)?)
     } else {
         (0, 0)
     };
     let params = Box::new(Sm90Params {
-        prob: Sm90Problem {
-            tmap_w,
-            tmap_sw,
-            // In a cluster each CTA loads 1/cluster of the X tile's rows (multicast to all).
-            tmap_x: tma_map(x16, x_rows, k64 * 2, l, (v.bn / plan.cluster, ROW_BYTES), SW128)?,
-            tmap_c: if c_tma { tma_map(ops.c.addr, m, n * 2, l, (v.bn, ROW_BYTES), SW128)? } else { TmaMap::default() },
-            sf_w,
-            c: ops.c.addr,
-            alpha,
-            alpha_f32: [alpha[0] as f32, alpha[1] as f32],
-            alpha_pow2: i32::from(pow2_f32(alpha[0]).is_some()),
-            w_sf_mode: w_mode as i32,
-            c_tma: i32::from(c_tma),
-            reserved: 0,
-            c_stride_w,
-            c_stride_x,
-            c_stride_l: (m * n) as i64,
-            w_rows: to_i32(w_rows, "W rows")?,
-            x_rows: to_i32(x_rows, "X rows")?,
-            k: to_i32(k, "K")?,
-            l: to_i32(l, "L")?,
-        },
+        prob,
         sched: Sm90Schedule {
             tiles_w: to_i32(plan.tiles.0, "W tiles")?,
             tiles_x: to_i32(plan.tiles.1, "X tiles")?,
@@ -197,6 +162,70 @@ pub(crate) fn bind(
             .with(LaunchOptions { dependent: true, cluster_x: plan.cluster as u32 }),
     );
     Ok(Sm90Launch { plan: plan.clone(), kernels, params, x_params, shapes, _keep: keep })
+}
+
+/// Where a problem's output goes: `c` is `[L, M, N]` f16 (or, `flat`, `[1, M, N]` holding every
+/// W batch's rows: a MoE launch's tokens); `swapped`: W is B, so W rows are c's columns.
+pub(crate) struct OutputSide {
+    pub addr: u64,
+    pub m: usize,
+    pub n: usize,
+    pub l: usize,
+    pub swapped: bool,
+    pub flat: bool,
+}
+
+/// The kernel's description of one problem: W's parts `[l, w_rows, K]` (one scale layout), the
+/// decoded X `[x_l, x_rows, K64]` f16 at `x16`, the alpha of each part (with the decode bias) and
+/// the output. Encodes its tensor maps.
+pub(crate) fn problem_struct(
+    v: Variant,
+    cluster: usize,
+    (w, w_rows, k, l): (&[&Nvfp4View], usize, usize, usize),
+    (x16, x_rows, x_l): (u64, usize, usize),
+    alpha: [f64; 2],
+    c: OutputSide,
+) -> Result<Sm90Problem> {
+    let part_rows = v.bm / w.len();
+    let k64 = k.div_ceil(BK) * BK;
+    let w_mode = SfMode::of(w[0].meta.layout, k);
+    let mut tmap_w = [TmaMap::default(); 2];
+    let mut tmap_sw = [TmaMap::default(); 2];
+    let mut sf_w = [0u64; 2];
+    for (i, wp) in w.iter().enumerate() {
+        tmap_w[i] = tma_map(wp.values, w_rows, k / 2, l, (part_rows, ROW_BYTES), SW128)?;
+        if w_mode == SfMode::Tma {
+            tmap_sw[i] = tma_map(wp.scales, w_rows, k / 16, l, (part_rows, 16), SW0)?;
+        }
+        sf_w[i] = wp.scales;
+    }
+    let c_l = if c.flat { 1 } else { c.l };
+    // The epilogue's TMA stores: W rows contiguous in c (W is B), 16-byte row strides.
+    let c_tma = c.swapped && c.n.is_multiple_of(8) && c.addr.is_multiple_of(16);
+    // C is [L, M, N]: W rows step by N (or 1 when W is B), X rows by 1 (or N).
+    let (c_stride_w, c_stride_x) = if c.swapped { (1, c.n as i64) } else { (c.n as i64, 1) };
+    Ok(Sm90Problem {
+        tmap_w,
+        tmap_sw,
+        // In a cluster each CTA loads 1/cluster of the X tile's rows (multicast to all).
+        tmap_x: tma_map(x16, x_rows, k64 * 2, x_l, (v.bn / cluster, ROW_BYTES), SW128)?,
+        tmap_c: if c_tma { tma_map(c.addr, c.m, c.n * 2, c_l, (v.bn, ROW_BYTES), SW128)? } else { TmaMap::default() },
+        sf_w,
+        c: c.addr,
+        alpha,
+        alpha_f32: [alpha[0] as f32, alpha[1] as f32],
+        alpha_pow2: i32::from(pow2_f32(alpha[0]).is_some()),
+        w_sf_mode: w_mode as i32,
+        c_tma: i32::from(c_tma),
+        x_flat: i32::from(c.flat),
+        c_stride_w,
+        c_stride_x,
+        c_stride_l: if c.flat { 0 } else { (c.m * c.n) as i64 },
+        w_rows: to_i32(w_rows, "W rows")?,
+        x_rows: to_i32(x_rows, "X rows")?,
+        k: to_i32(k, "K")?,
+        l: to_i32(l, "L")?,
+    })
 }
 
 impl Sm90Launch {

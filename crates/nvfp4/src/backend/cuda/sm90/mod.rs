@@ -1,11 +1,15 @@
 //! The host side of the Hopper GEMM skeleton (kernels/sm90/): a pure plan per operation
 //! ([`plan`]), then a bind step that attaches device operands, output and workspace ([`bind`]),
-//! then launches on a stream. The GEMM and the fused dual GEMM are its operations.
+//! then launches on a stream. The GEMM, the fused dual GEMM and the grouped GEMM ([`grouped`])
+//! are its operations.
 
 pub mod bind;
+pub mod grouped;
 pub mod plan;
 
 pub use super::kernels::sm90::{Op, Variant, VARIANTS};
 pub use bind::Sm90Operands;
 pub(crate) use bind::{bind, Sm90Kernels, Sm90Launch};
+pub(crate) use grouped::{bind_grouped, GroupedLaunch};
+pub use grouped::{grouped_plan, grouped_rejects, GroupOperands, GroupedOperands, GroupedPlan, GroupedShape};
 pub use plan::{plan, rejects, stream_k_shape, Forced, Schedule, Sm90Plan, Sm90Scratch};

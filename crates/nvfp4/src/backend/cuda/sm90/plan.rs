@@ -60,6 +60,7 @@ impl Forced {
         match op {
             Op::Gemm => "NVFP4_GEMM_SM90",
             Op::Dual => "NVFP4_DUAL_SM90",
+            Op::Grouped => "NVFP4_GROUPED_SM90",
         }
     }
 
@@ -175,8 +176,8 @@ impl fmt::Display for Sm90Plan {
         let (v, lay) = (self.variant, self.layout());
         let w = match (self.op, self.swapped) {
             (Op::Dual, _) => "B1|B2",
-            (Op::Gemm, true) => "B (swap AB)",
-            (Op::Gemm, false) => "A",
+            (Op::Gemm | Op::Grouped, true) => "B (swap AB)",
+            (Op::Gemm | Op::Grouped, false) => "A",
         };
         write!(
             f,
@@ -213,17 +214,17 @@ impl fmt::Display for Sm90Plan {
 const FMA_PER_CYCLE: f64 = 2048.0;
 const MMA_EFFICIENCY: f64 = 0.78;
 const ISSUE_CYCLES_PER_MTILE: [f64; 2] = [950.0, 2400.0];
-const UNIT_OVERHEAD_CYCLES: f64 = 2500.0;
+pub(super) const UNIT_OVERHEAD_CYCLES: f64 = 2500.0;
 const PARTIAL_BYTES_PER_CYCLE: f64 = 48.0;
 
 /// SM cycles per 64-K sub-stage of variant `v`.
-fn stage_cycles(v: Variant) -> f64 {
+pub(super) fn stage_cycles(v: Variant) -> f64 {
     let mma = (v.bm * v.bn * BK) as f64 / FMA_PER_CYCLE / MMA_EFFICIENCY;
     mma.max(ISSUE_CYCLES_PER_MTILE[v.bm / 128 - 1])
 }
 
 /// Summing a tile cut into `pieces` K pieces: every piece's f32 partial through L2.
-fn fixup_cycles(v: Variant, pieces: usize) -> f64 {
+pub(super) fn fixup_cycles(v: Variant, pieces: usize) -> f64 {
     if pieces > 1 {
         (pieces * v.bm * v.bn * 4) as f64 / PARTIAL_BYTES_PER_CYCLE
     } else {
@@ -385,8 +386,8 @@ mod tests {
                 let (w, x) = c.wx_rows();
                 assert!(c.tiles.0 * c.variant.bm / op.parts() >= w && c.tiles.1 * c.variant.bn >= x, "{c}");
                 match op {
-                    Op::Gemm => assert!(w >= x, "{c}"),
                     Op::Dual => assert!(c.swapped && c.symbol().starts_with("dual_gemm_nvfp4_sm90_ws_"), "{c}"),
+                    _ => assert!(w >= x, "{c}"),
                 }
                 let s = c.scratch();
                 assert!(s.x16.1 >= mnkl.3 * x * mnkl.2 * 2 && s.needs.bytes >= s.partials.0 + s.partials.1);

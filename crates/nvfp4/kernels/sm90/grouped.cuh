@@ -1,0 +1,210 @@
+// sm90/grouped.cuh: the grouped launch's work table: its builder (run by the pre-pass) and the
+// scheduler that walks it (sm90/schedule.cuh's interface).
+//
+// Segments. A group's X rows, in tiles of BN, times its W tiles, are its tile groups; each has
+// k_iters 64-element k-steps. Segment s is group s of a list (its own problem, tensors and
+// shape), or expert s of a MoE launch: one problem whose W batch is the expert and whose X rows
+// [offsets[s - 1], offsets[s]) come from the device (the routing), read only here.
+//
+// Table. The tile groups of all segments, laid end to end, and their k-steps, laid end to end,
+// are shared evenly among the persistent CTAs (stream-K over the whole launch: a few large
+// groups do not leave SMs idle). CTA c owns the k-steps [c * total / slots, (c + 1) * total /
+// slots); a tile group that crosses a share's edge is cut into pieces, summed by the piece that
+// finishes last (sm90/fixup.cuh). The builder writes every piece, in CTA order, and where each
+// CTA's pieces start.
+//
+// Workspace. A CTA's share is contiguous, so only its first piece can be the tail (j >= 1) of a
+// cut tile and only its last the head (j = 0) of one: two partial tiles per CTA hold every piece
+// (2 c for a tail, 2 c + 1 for a head), and the head CTA's counter counts the tile's arrivals.
+// The workspace does not grow with the groups.
+#pragma once
+
+#include "sm90/schedule.cuh"
+
+namespace sm90 {
+
+// One segment, resolved.
+struct Segment {
+  i32 prob, l, x_base, x_end, tiles_w, k_iters;
+};
+
+NVFP4_DEVICE Segment segment_of(const GroupedBuild& b, i32 s) {
+  Segment r;
+  if (b.offsets != nullptr) {
+    // NOTE: offsets come from the device, unchecked: clamped into the tokens, so that no value
+    // reads or writes outside the operands (rows of decreasing offsets are unspecified).
+    const i32 lo = s == 0 ? 0 : b.offsets[s - 1], hi = b.offsets[s];
+    r.x_base = min(max(lo, 0), b.moe_rows);
+    r.x_end = min(max(hi, r.x_base), b.moe_rows);
+    r.prob = 0;
+    r.l = s;
+    r.tiles_w = b.moe_tiles_w;
+    r.k_iters = b.moe_k_iters;
+  } else {
+    const GroupSegment g = b.segs[s];
+    r.prob = g.prob;
+    r.l = g.l;
+    r.x_base = g.x_base;
+    r.x_end = g.x_base + g.x_rows;
+    r.tiles_w = g.tiles_w;
+    r.k_iters = g.k_iters;
+  }
+  return r;
+}
+
+// Exclusive prefix sum over the block (BUILD_THREADS threads); `total` gets the block's sum.
+NVFP4_DEVICE i64 block_scan(i64 v, i64& total) {
+  constexpr int WARPS = BUILD_THREADS / 32;
+  __shared__ i64 warp_sums[WARPS];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  i64 x = v;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const i64 y = __shfl_up_sync(0xFFFFFFFFu, x, d);
+    if (lane >= d) x += y;
+  }
+  if (lane == 31) warp_sums[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    i64 w = lane < WARPS ? warp_sums[lane] : 0;
+#pragma unroll
+    for (int d = 1; d < WARPS; d *= 2) {
+      const i64 y = __shfl_up_sync(0xFFFFFFFFu, w, d);
+      if (lane >= d) w += y;
+    }
+    if (lane < WARPS) warp_sums[lane] = w;
+  }
+  __syncthreads();
+  const i64 before = warp == 0 ? 0 : warp_sums[warp - 1];
+  total = warp_sums[WARPS - 1];
+  __syncthreads();  // warp_sums is free for the next scan
+  return before + x - v;
+}
+
+// Writes the table (one block of BUILD_THREADS threads).
+NVFP4_DEVICE void build_units(const GroupedBuild& b) {
+  __shared__ i32 tg_start[MAX_SEGMENTS + 1];  // first tile group of each segment
+  __shared__ i64 ks_start[MAX_SEGMENTS + 1];  // its first k-step
+  const i32 n = b.segments, tid = threadIdx.x;
+  i64 tg_run = 0, ks_run = 0;
+  for (i32 s0 = 0; s0 < n; s0 += BUILD_THREADS) {
+    const i32 s = s0 + tid;
+    i64 tg = 0, ks = 0, tg_sum, ks_sum;
+    if (s < n) {
+      const Segment g = segment_of(b, s);
+      tg = (i64)((g.x_end - g.x_base + b.bn - 1) / b.bn) * g.tiles_w;
+      ks = tg * g.k_iters;
+    }
+    const i64 tg_before = block_scan(tg, tg_sum), ks_before = block_scan(ks, ks_sum);
+    if (s < n) {
+      tg_start[s] = (i32)(tg_run + tg_before);
+      ks_start[s] = ks_run + ks_before;
+    }
+    tg_run += tg_sum;
+    ks_run += ks_sum;
+  }
+  for (i32 c = tid; c <= b.slots; c += BUILD_THREADS) b.slot_first[c] = -1;
+  __syncthreads();
+
+  const i64 total = ks_run, slots = b.slots;
+  const auto first = [&](i64 c) { return c * total / slots; };                    // CTA c's first k-step
+  const auto owner = [&](i64 i) { return (i32)(((i + 1) * slots - 1) / total); };  // the CTA owning k-step i
+  i64 written = 0;
+  for (i32 t0 = 0; total > 0 && t0 < (i32)tg_run; t0 += BUILD_THREADS) {
+    const i32 t = t0 + tid;
+    Segment g{};
+    i32 local = 0, pieces = 0;
+    i64 k_first = 0;
+    if (t < (i32)tg_run) {
+      // The segment holding tile group t: the last one starting at or before it (segments
+      // without rows start where the next one does).
+      i32 lo = 0, hi = n - 1;
+      while (lo < hi) {
+        const i32 mid = (lo + hi + 1) / 2;
+        if (tg_start[mid] <= t)
+          lo = mid;
+        else
+          hi = mid - 1;
+      }
+      g = segment_of(b, lo);
+      local = t - tg_start[lo];
+      k_first = ks_start[lo] + (i64)local * g.k_iters;
+      pieces = owner(k_first + g.k_iters - 1) - owner(k_first) + 1;
+    }
+    i64 chunk;
+    const i64 p0 = written + block_scan(pieces, chunk);
+    if (pieces > 0) {
+      // W tiles vary fastest: consecutive CTAs share the X tile in L2.
+      const i32 xt = local / g.tiles_w, tw = local % g.tiles_w, o0 = owner(k_first);
+      for (i32 j = 0; j < pieces; ++j) {
+        const i64 idx = p0 + j, c = o0 + j;
+        const i64 k0 = max(k_first, first(c)), k1 = min(k_first + g.k_iters, first(c + 1));
+        if (idx < b.max_units) {
+          GroupedUnit u;
+          u.prob = g.prob;
+          u.l = g.l;
+          u.tw = tw;
+          u.x_base = g.x_base + xt * b.bn;
+          u.x_end = g.x_end;
+          u.pieces = j | pieces << 16;
+          u.ks = (i32)(k0 - k_first) | (i32)(k1 - k_first) << 16;
+          u.pad = 0;
+          b.units[idx] = u;
+          if (k0 == first(c)) b.slot_first[c] = (i32)idx;
+        }
+      }
+    }
+    written += chunk;
+  }
+  __syncthreads();
+  // CTAs without a share (fewer k-steps than CTAs) start where the next one does.
+  if (tid == 0) {
+    i32 next = (i32)min(written, (i64)b.max_units);
+    b.slot_first[b.slots] = next;
+    for (i32 c = b.slots - 1; c >= 0; --c) {
+      if (b.slot_first[c] < 0) b.slot_first[c] = next;
+      next = b.slot_first[c];
+    }
+  }
+}
+
+// The scheduler of a grouped launch: CTA c walks pieces [slot_first[c], slot_first[c + 1]).
+struct Grouped {
+  using Params = Sm90GroupedParams;
+  static constexpr bool TABLE_ON_DEVICE = true;
+
+  NVFP4_DEVICE static const Sm90Problem& problem(const Params& p, const Unit& u) { return p.problems[u.prob]; }
+  NVFP4_DEVICE static i32 cluster(const Params&) { return 1; }
+  NVFP4_DEVICE static void prefetch_tensormaps(const Params&, int) {}
+  NVFP4_DEVICE static Partials partials(const Params& p, const Unit& u, i64 tile_floats) {
+    return Partials{p.workspace + 2 * (i64)u.tile * tile_floats, 2 * tile_floats, tile_floats};
+  }
+  NVFP4_DEVICE static u32* counter(const Params& p, const Unit& u) { return p.counters + u.tile; }
+
+  // NOTE: the table is rewritten by every launch's pre-pass: read through L2 (ld.cg), never from
+  // a line an earlier launch left in this SM's L1.
+  NVFP4_DEVICE static void first(const Params& p, i64& u, i64& end) {
+    u = __ldcg(p.slot_first + blockIdx.x);
+    end = __ldcg(p.slot_first + blockIdx.x + 1);
+  }
+  NVFP4_DEVICE static i64 next(const Params&, i64 u) { return u + 1; }
+  NVFP4_DEVICE static Unit unit_at(const Params& p, i64 u, i64) {
+    const int4* e = reinterpret_cast<const int4*>(p.units + u);
+    const int4 a = __ldcg(e), b = __ldcg(e + 1);  // prob, l, tw, x_base | x_end, pieces, ks, pad
+    Unit r;
+    r.prob = a.x;
+    r.l = a.y;
+    r.tw = a.z;
+    r.tx = 0;
+    r.x_base = a.w;
+    r.x_end = b.x;
+    r.piece = b.y & 0xFFFF;
+    r.pieces = (i32)((u32)b.y >> 16);
+    r.k0 = b.z & 0xFFFF;
+    r.k1 = (i32)((u32)b.z >> 16);
+    r.tile = (i32)blockIdx.x - r.piece;  // the CTA holding the tile's head piece
+    return r;
+  }
+};
+
+}  // namespace sm90
