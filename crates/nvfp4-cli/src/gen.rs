@@ -56,12 +56,15 @@ fn parse_alpha(s: &str) -> Result<f32, String> {
 
 /// The shape the arguments name; every failure is a usage error (the catalogue and the shape
 /// rules are known without reading anything).
+/// A shape the case-file format cannot hold (the MoE form) is a usage error too.
 fn shape_of(args: &Args) -> Result<Shape, crate::exit::Failure> {
-    match (&args.case, &args.shape) {
-        (Some(case), _) => case.shape(args.problem).map_err(usage),
-        (None, Some(s)) => Shape::parse(args.problem, s).map_err(usage),
-        (None, None) => Err(usage("one of --case or --shape is required")),
-    }
+    let shape = match (&args.case, &args.shape) {
+        (Some(case), _) => case.shape(args.problem).map_err(usage)?,
+        (None, Some(s)) => Shape::parse(args.problem, s).map_err(usage)?,
+        (None, None) => return Err(usage("one of --case or --shape is required")),
+    };
+    nvfp4::io::check_file_form(&shape).map_err(usage)?;
+    Ok(shape)
 }
 
 pub fn main(args: Args) -> Outcome {

@@ -34,6 +34,12 @@ fn usage_errors_exit_2_and_write_nothing() {
         assert!(err.contains(needle), "{extra:?}: `{needle}` not in {err}");
         assert!(err.contains("--help"), "{extra:?}: a usage error points at --help: {err}");
     }
+    // The grouped GEMM's MoE form has no case-file form; an all-empty routing has no tokens.
+    for (shape, needle) in [("moe:4,0,8/64/32", "no MoE form"), ("moe:0,0/64/32", "no tokens")] {
+        let err =
+            assert_exit(&nvfp4_in(&dir.0, &["gen", "grouped-gemm", "--shape", shape, "-o", "moe.safetensors"]), 2);
+        assert!(err.contains(needle), "{shape}: `{needle}` not in {err}");
+    }
     for args in [&["frobnicate"][..], &[], &["check", "matmul"], &["run", "gemm"], &["check", "--backend", "tpu"]] {
         assert_exit(&nvfp4_in(&dir.0, args), 2);
     }

@@ -1,5 +1,10 @@
 //! The backend-neutral operation API: one operand struct per operation (validated on
-//! construction) and the [`Backend`] trait that every backend implements.
+//! construction), the grouped GEMM's MoE form ([`MoeGemm`], in `ops/moe.rs`) and the [`Backend`]
+//! trait that every backend implements.
+
+mod moe;
+
+pub use moe::MoeGemm;
 
 use crate::format::{F16Tensor, Nvfp4Tensor};
 use crate::{Error, Result};
@@ -151,4 +156,7 @@ pub trait Backend: Send + Sync {
     fn dual_gemm(&self, p: &DualGemm) -> Result<F16Tensor>;
     /// Grouped GEMM, all groups in one launch.
     fn grouped_gemm(&self, p: &GroupedGemm) -> Result<Vec<F16Tensor>>;
+    /// Grouped GEMM in the MoE form: one `[1, T, N]` output, rows past the last offset unwritten
+    /// (zero in the fresh output returned here).
+    fn moe_gemm(&self, p: &MoeGemm) -> Result<F16Tensor>;
 }

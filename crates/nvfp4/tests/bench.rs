@@ -326,6 +326,7 @@ fn f16_operands_are_exact() {
             Problem::Gemm(g) => &g.b,
             Problem::DualGemm(g) => &g.b2,
             Problem::GroupedGemm(g) => &g.groups[0].a,
+            Problem::Moe(g) => &g.b,
         };
         let f = dequantize_f16(t);
         let exact = t.dequantize();

@@ -158,6 +158,7 @@ fn run_through_trait(b: &dyn Backend, p: &Problem) -> nvfp4::Result<Output> {
         Problem::Gemm(x) => Output::Single(b.gemm(x)?),
         Problem::DualGemm(x) => Output::Single(b.dual_gemm(x)?),
         Problem::GroupedGemm(x) => Output::Grouped(b.grouped_gemm(x)?),
+        Problem::Moe(x) => Output::Single(b.moe_gemm(x)?),
     })
 }
 

@@ -109,6 +109,10 @@ fn with_alpha(p: Problem, alpha: Option<f32>) -> Problem {
             }
             Problem::GroupedGemm(g)
         }
+        Problem::Moe(mut g) => {
+            g.alpha = alpha;
+            Problem::Moe(g)
+        }
     }
 }
 

@@ -109,6 +109,7 @@ fn tensors_of(p: &Problem) -> Vec<&Nvfp4Tensor> {
         Problem::Gemm(g) => vec![&g.a, &g.b],
         Problem::DualGemm(d) => vec![&d.a, &d.b1, &d.b2],
         Problem::GroupedGemm(g) => g.groups.iter().flat_map(|x| [&x.a, &x.b]).collect(),
+        Problem::Moe(g) => vec![&g.a, &g.b],
     }
 }
 

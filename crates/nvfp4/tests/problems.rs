@@ -283,6 +283,7 @@ fn operands(p: &Problem) -> Vec<&Nvfp4Tensor> {
         Problem::Gemm(g) => vec![&g.a, &g.b],
         Problem::DualGemm(g) => vec![&g.a, &g.b1, &g.b2],
         Problem::GroupedGemm(g) => g.groups.iter().flat_map(|x| [&x.a, &x.b]).collect(),
+        Problem::Moe(g) => vec![&g.a, &g.b],
     }
 }
 

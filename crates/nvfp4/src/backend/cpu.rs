@@ -6,7 +6,7 @@ use rayon::prelude::*;
 
 use crate::format::{F16Tensor, Nvfp4Tensor};
 use crate::memory::{checked_product, checked_sum, ensure_host};
-use crate::ops::{effective_alpha, Backend, DualGemm, Gemm, Gemv, GroupedGemm};
+use crate::ops::{effective_alpha, Backend, DualGemm, Gemm, Gemv, GroupedGemm, MoeGemm};
 use crate::problem::cpu_working_bytes;
 use crate::Result;
 
@@ -137,6 +137,23 @@ impl Backend for CpuBackend {
 
     fn grouped_gemm(&self, p: &GroupedGemm) -> Result<Vec<F16Tensor>> {
         p.groups.iter().map(|g| Self::gemm_parts(&g.a, &g.b, g.alpha)).collect()
+    }
+
+    /// Each expert with tokens as the GEMM of its slices, one expert at a time (its slices are
+    /// dropped before the next is cut), written into one zeroed `[1, T, N]`.
+    fn moe_gemm(&self, p: &MoeGemm) -> Result<F16Tensor> {
+        // The expert outputs and the assembled output, each [1, T, N] f16 at most.
+        let (_, t, n, _) = p.etnk();
+        ensure_host("a CPU MoE GEMM", checked_product(&[2, t, n, 2]))?;
+        let parts = p
+            .routed_experts()?
+            .into_iter()
+            .map(|e| {
+                let g = p.expert_gemm(e)?;
+                Ok((e, Self::gemm_parts(&g.a, &g.b, g.alpha)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        p.assemble(parts)
     }
 }
 

@@ -203,6 +203,12 @@ impl<'a> Peer<'a> {
                 }
                 (vec![ops], Assemble::Grouped(outs))
             }
+            Problem::Moe(_) => {
+                return Err(Error::Unsupported {
+                    backend: "the benchmark's cuBLASLt peer".into(),
+                    what: "the MoE form (it is not benched)".into(),
+                })
+            }
         };
         Ok(Self { lt, bufs, candidates, chosen: 0, assemble })
     }

@@ -178,6 +178,12 @@ pub fn run(opts: &Options, log: &mut dyn FnMut(&str)) -> Result<Report> {
             continue;
         }
         for shape in shapes {
+            if let Shape::Moe { .. } = shape {
+                let note = format!("{kind} {shape}: the MoE form is not benched, skipped");
+                log(&note);
+                notes.push(note);
+                continue;
+            }
             let m = bench_shape(kind, &shape, backend.as_ref(), &timer, &lt, opts, log)?;
             let row = Row::new(&m, &ceilings);
             log(&format!(

@@ -1,5 +1,7 @@
 //! Tensor types that carry their shape and refuse buffers that do not match it.
 
+use std::ops::Range;
+
 use half::f16;
 
 use super::e2m1::e2m1_to_f32;
@@ -118,6 +120,25 @@ impl Nvfp4Tensor {
     /// [`Self::to_layout`], consuming the tensor: the packed values move instead of being copied.
     pub fn into_layout(self, layout: ScaleLayout) -> Self {
         Self { scales: self.scales_in(layout), layout, ..self }
+    }
+
+    /// Rows `rows` of batch `batch` as a tensor `[1, rows.len(), K]` with the same scale layout
+    /// and global scale (the rows of one MoE expert, or one expert's weight batch). An empty or
+    /// out-of-range selection is a shape error.
+    pub fn slice_rows(&self, batch: usize, rows: Range<usize>) -> Result<Self> {
+        if batch >= self.l || rows.is_empty() || rows.end > self.rows {
+            return Err(Error::Shape(format!(
+                "rows {rows:?} of batch {batch}: outside [L={}, rows={}] or empty",
+                self.l, self.rows
+            )));
+        }
+        let (w, base) = (self.k / 2, batch * self.rows);
+        let values = self.values[(base + rows.start) * w..(base + rows.end) * w].to_vec();
+        // Plain scales of the selected rows, read through the layout; converted back below.
+        let sf = self.sf_cols();
+        let scales = rows.clone().flat_map(|r| (0..sf).map(move |j| self.scale(batch, r, j))).collect();
+        let plain = Self::new(1, rows.len(), self.k, values, scales, ScaleLayout::Plain)?;
+        Ok(plain.into_layout(self.layout).with_global_scale(self.global_scale))
     }
 
     /// Decodes one row into `out` (`[K]` f32) as e2m1 * e4m3, without the global scale: exact in

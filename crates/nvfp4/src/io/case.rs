@@ -9,8 +9,9 @@
 //! | `a_global_scale`, ... (optional, written when not 1.0) | F32 | `[]` or `[1]` |
 //!
 //! Grouped GEMM suffixes every name with `_g{i}` (`a_g0`, `sfa_blocked_g0`, `alpha_g0`), each
-//! group with L = 1, groups numbered 0, 1, .. without a gap. `names.rs` says which other
-//! names a reader refuses.
+//! group with L = 1, groups numbered 0, 1, .. without a gap; its MoE form has no file form
+//! (writing one is an error, [`check_file_form`]). `names.rs` says which other names a reader
+//! refuses.
 
 use std::path::Path;
 
@@ -21,8 +22,8 @@ use super::names::{check_case_names, group_suffix, Operand, A, ALPHA, B, B1, B2}
 use crate::format::{blocked_dims, Nvfp4Tensor, ScaleLayout};
 use crate::memory::ensure_host;
 use crate::ops::{DualGemm, Gemm, Gemv, GroupedGemm};
-use crate::problem::{Problem, ProblemKind};
-use crate::Result;
+use crate::problem::{Problem, ProblemKind, Shape};
+use crate::{Error, Result};
 
 /// The header metadata key naming the problem kind of a case file.
 pub const PROBLEM_KEY: &str = "nvfp4_problem";
@@ -112,6 +113,24 @@ fn read_alpha(ar: &Archive, suffix: &str) -> Result<Option<f32>> {
     }
 }
 
+/// Refuses a shape the case-file format cannot hold: the grouped GEMM's MoE form (SPEC §2 names
+/// a grouped case's tensors per group, `_g{i}`; there is no name for an `[E, N, K/2]` weight
+/// tensor or for offsets).
+pub fn check_file_form(shape: &Shape) -> Result<()> {
+    match shape {
+        Shape::Moe { .. } => Err(no_moe_file_form()),
+        _ => Ok(()),
+    }
+}
+
+fn no_moe_file_form() -> Error {
+    Error::Invalid(
+        "the case-file format has no MoE form (grouped GEMM files hold a list of groups, `a_g0`, `b_g0`, ..); \
+         give the groups as m1,m2,../n/k instead"
+            .into(),
+    )
+}
+
 /// The tensors of `p`'s case file.
 fn problem_writer(p: &Problem) -> Result<Writer<'_>> {
     let mut w = Writer::default();
@@ -136,6 +155,7 @@ fn problem_writer(p: &Problem) -> Result<Writer<'_>> {
                 write_alpha(&mut w, &s, gemm.alpha)?;
             }
         }
+        Problem::Moe(_) => return Err(no_moe_file_form()),
     }
     Ok(w)
 }

@@ -22,7 +22,9 @@ pub mod same_file;
 pub mod weights;
 
 pub use atomic::{write_atomically, write_bytes_atomically};
-pub use case::{load_problem, problem_from_bytes, problem_to_bytes, save_problem, stored_problem_kind, PROBLEM_KEY};
+pub use case::{
+    check_file_form, load_problem, problem_from_bytes, problem_to_bytes, save_problem, stored_problem_kind, PROBLEM_KEY,
+};
 pub use output::{load_output, output_from_bytes, output_to_bytes, save_output};
 pub use quantize::{quantize_file, QuantizeOptions, QuantizeSummary, SkipReason, Skipped, QUANTIZED_KEY};
 pub use same_file::{refuse_same_file, same_file};

@@ -12,6 +12,12 @@ fn f16_bytes([l, rows, cols]: [usize; 3]) -> Option<u64> {
     checked_product(&[l, rows, cols, 2])
 }
 
+/// T of a MoE shape; saturates instead of overflowing, so that the byte counts of an absurd
+/// shape come out `None` rather than wrong.
+fn tokens(counts: &[usize]) -> usize {
+    counts.iter().fold(0usize, |t, &c| t.saturating_add(c))
+}
+
 impl Shape {
     /// The NVFP4 operands as `[L, rows, K]`, in the order the generator draws them (a, b; a, b1,
     /// b2; a_g0, b_g0, a_g1, ..).
@@ -21,6 +27,7 @@ impl Shape {
             Shape::Gemm { m, n, k, l } => vec![[l, m, k], [l, n, k]],
             Shape::DualGemm { m, n, k, l } => vec![[l, m, k], [l, n, k], [l, n, k]],
             Shape::GroupedGemm { ref groups } => groups.iter().flat_map(|&(m, n, k)| [[1, m, k], [1, n, k]]).collect(),
+            Shape::Moe { n, k, ref counts } => vec![[1, tokens(counts), k], [counts.len(), n, k]],
         }
     }
 
@@ -30,6 +37,7 @@ impl Shape {
             Shape::Gemv { m, l, .. } => vec![[l, m, 1]],
             Shape::Gemm { m, n, l, .. } | Shape::DualGemm { m, n, l, .. } => vec![[l, m, n]],
             Shape::GroupedGemm { ref groups } => groups.iter().map(|&(m, n, _)| [1, m, n]).collect(),
+            Shape::Moe { n, ref counts, .. } => vec![[1, tokens(counts), n]],
         }
     }
 
@@ -61,6 +69,21 @@ pub fn cpu_working_bytes(l: usize, m: usize, n: usize, k: usize, sums: usize) ->
     ])
 }
 
+/// Host bytes the CPU backend's MoE GEMM uses beside its `output` bytes: the expert outputs (no
+/// more than the output), and one expert at a time its slices (counted in the larger, blocked,
+/// scale layout) and its GEMM working set. Mirrors `backend/cpu.rs`; `None` on overflow.
+fn moe_cpu_working_bytes(n: usize, k: usize, counts: &[usize], output: u64) -> Option<u64> {
+    let expert = |m: usize| {
+        checked_sum([
+            Nvfp4Tensor::bytes_for(1, m, k, ScaleLayout::Blocked),
+            Nvfp4Tensor::bytes_for(1, n, k, ScaleLayout::Blocked),
+            cpu_working_bytes(1, m, n, k, 1),
+        ])
+    };
+    let largest = counts.iter().map(|&m| expert(m)).try_fold(0u64, |acc, w| Some(acc.max(w?)))?;
+    output.checked_add(largest)
+}
+
 impl Problem {
     /// The dimensions of this problem.
     pub fn shape(&self) -> Shape {
@@ -82,6 +105,11 @@ impl Problem {
                 Shape::DualGemm { m, n, k, l }
             }
             Problem::GroupedGemm(p) => Shape::GroupedGemm { groups: p.groups.iter().map(group).collect() },
+            Problem::Moe(p) => {
+                let (_, _, n, k) = p.etnk();
+                let rows = p.expert_rows().unwrap_or_default();
+                Shape::Moe { n, k, counts: rows.iter().map(|r| r.len()).collect() }
+            }
         }
     }
 
@@ -90,7 +118,11 @@ impl Problem {
     /// count does not fit in 64 bits.
     pub fn run_host_bytes(&self, backend: &dyn Backend) -> Option<u64> {
         let shape = self.shape();
-        let output = shape.output_bytes()?;
+        // A MoE problem's shape counts its routed rows only; its output has all T.
+        let output = match self {
+            Problem::Moe(p) => f16_bytes([1, p.tokens(), p.b.rows()])?,
+            _ => shape.output_bytes()?,
+        };
         if backend.name() != crate::CpuBackend.name() {
             return Some(output);
         }
@@ -103,6 +135,7 @@ impl Problem {
                 .iter()
                 .map(|&(m, n, k)| cpu_working_bytes(1, m, n, k, 1))
                 .try_fold(0u64, |acc, w| Some(acc.max(w?))),
+            Shape::Moe { n, k, ref counts } => moe_cpu_working_bytes(n, k, counts, output),
         };
         output.checked_add(working?)
     }

@@ -4,9 +4,9 @@ use super::Problem;
 use super::{Rng, Shape};
 use crate::format::{f32_to_e4m3, Nvfp4Tensor, ScaleLayout};
 use crate::memory::ensure_host;
-use crate::ops::{DualGemm, Gemm, Gemv, GroupedGemm};
+use crate::ops::{DualGemm, Gemm, Gemv, GroupedGemm, MoeGemm};
 use crate::problem::ProblemKind;
-use crate::Result;
+use crate::{Error, Result};
 
 /// How one operand's bytes and scales are drawn.
 #[derive(Clone, Copy)]
@@ -55,7 +55,8 @@ impl Dist {
     }
 }
 
-/// Draws a problem of `shape` from `seed` with the SPEC distributions; scales in the plain layout.
+/// Draws a problem of `shape` from `seed` with the SPEC distributions (the MoE form with the
+/// grouped GEMM's); scales in the plain layout.
 /// The operands' bytes are checked against the host's memory first ([`crate::memory`]).
 pub fn generate(shape: &Shape, seed: u64) -> Result<Problem> {
     shape.validate()?;
@@ -90,6 +91,20 @@ pub fn generate(shape: &Shape, seed: u64) -> Result<Problem> {
                 })
                 .collect::<Result<_>>()?;
             Problem::GroupedGemm(GroupedGemm::new(gs)?)
+        }
+        Shape::Moe { n, k, ref counts } => {
+            let t = counts.iter().sum();
+            let a = d.tensor(&mut rng, 1, t, k)?;
+            let b = d.tensor(&mut rng, counts.len(), n, k)?;
+            // validate() bounds T by i32::MAX, so every running sum converts.
+            let offsets = counts
+                .iter()
+                .scan(0usize, |end, &c| {
+                    *end += c;
+                    Some(i32::try_from(*end).map_err(|_| Error::Shape(format!("moe gemm: T above {}", i32::MAX))))
+                })
+                .collect::<Result<_>>()?;
+            Problem::Moe(MoeGemm::new(a, b, offsets, None)?)
         }
     })
 }

@@ -2,7 +2,7 @@
 //! it, and what running it returns.
 
 use crate::format::{F16Tensor, ScaleLayout};
-use crate::ops::{check_alpha, Backend, DualGemm, Gemm, Gemv, GroupedGemm};
+use crate::ops::{check_alpha, Backend, DualGemm, Gemm, Gemv, GroupedGemm, MoeGemm};
 use crate::problem::ProblemKind;
 use crate::Result;
 
@@ -17,12 +17,15 @@ pub enum Problem {
     DualGemm(DualGemm),
     /// Grouped GEMM.
     GroupedGemm(GroupedGemm),
+    /// Grouped GEMM in the MoE form (kind [`ProblemKind::GroupedGemm`], one output tensor; no
+    /// case-file form).
+    Moe(MoeGemm),
 }
 
 /// What an operation returns: one tensor, or one per group.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Output {
-    /// GEMV, GEMM, dual GEMM.
+    /// GEMV, GEMM, dual GEMM, and the grouped GEMM's MoE form (`[1, T, N]`).
     Single(F16Tensor),
     /// Grouped GEMM, in group order.
     Grouped(Vec<F16Tensor>),
@@ -46,7 +49,7 @@ impl Problem {
             Problem::Gemv(_) => K::Gemv,
             Problem::Gemm(_) => K::Gemm,
             Problem::DualGemm(_) => K::DualGemm,
-            Problem::GroupedGemm(_) => K::GroupedGemm,
+            Problem::GroupedGemm(_) | Problem::Moe(_) => K::GroupedGemm,
         }
     }
 
@@ -59,6 +62,7 @@ impl Problem {
             Problem::Gemm(p) => Output::Single(backend.gemm(p)?),
             Problem::DualGemm(p) => Output::Single(backend.dual_gemm(p)?),
             Problem::GroupedGemm(p) => Output::Grouped(backend.grouped_gemm(p)?),
+            Problem::Moe(p) => Output::Single(backend.moe_gemm(p)?),
         })
     }
 
@@ -71,6 +75,7 @@ impl Problem {
             Problem::Gemm(x) => x.alpha = alpha,
             Problem::DualGemm(x) => x.alpha = alpha,
             Problem::GroupedGemm(x) => x.groups.iter_mut().for_each(|g| g.alpha = alpha),
+            Problem::Moe(x) => x.alpha = alpha,
         }
         Ok(())
     }
@@ -98,10 +103,17 @@ impl Problem {
             Problem::GroupedGemm(p) => {
                 Problem::GroupedGemm(GroupedGemm { groups: p.groups.into_iter().map(g).collect() })
             }
+            Problem::Moe(p) => Problem::Moe(MoeGemm {
+                a: p.a.into_layout(layout),
+                b: p.b.into_layout(layout),
+                offsets: p.offsets,
+                alpha: p.alpha,
+            }),
         }
     }
 
-    /// Bytes every input read once plus the f16 output written once (SPEC §7).
+    /// Bytes every input read once plus the f16 output written once (SPEC §7); for the MoE
+    /// form, both operands whole and the whole `[1, T, N]` output.
     pub fn bytes(&self) -> u64 {
         let out = |l: usize, m: usize, n: usize| (l * m * n * 2) as u64;
         let gemm = |p: &Gemm| {
@@ -116,10 +128,11 @@ impl Problem {
                 (p.a.nbytes() + p.b1.nbytes() + p.b2.nbytes()) as u64 + out(l, m, n)
             }
             Problem::GroupedGemm(p) => p.groups.iter().map(gemm).sum(),
+            Problem::Moe(p) => (p.a.nbytes() + p.b.nbytes()) as u64 + out(1, p.tokens(), p.b.rows()),
         }
     }
 
-    /// Floating-point operations (2 per multiply-add).
+    /// Floating-point operations (2 per multiply-add; the MoE form's routed rows only).
     pub fn flops(&self) -> f64 {
         let gemm = |p: &Gemm| {
             let (m, n, k, l) = p.mnkl();
@@ -136,6 +149,10 @@ impl Problem {
                 4.0 * (m * n * k * l) as f64
             }
             Problem::GroupedGemm(p) => p.groups.iter().map(gemm).sum(),
+            Problem::Moe(p) => {
+                let (_, _, n, k) = p.etnk();
+                2.0 * (p.routed_tokens() * n * k) as f64
+            }
         }
     }
 }

@@ -71,6 +71,9 @@ impl FromStr for ProblemKind {
     }
 }
 
+/// What starts the command-line and display form of a [`Shape::Moe`].
+pub const MOE_PREFIX: &str = "moe:";
+
 /// The dimensions of one problem instance.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Shape {
@@ -82,6 +85,10 @@ pub enum Shape {
     DualGemm { m: usize, n: usize, k: usize, l: usize },
     /// (M, N, K) per group, L = 1.
     GroupedGemm { groups: Vec<(usize, usize, usize)> },
+    /// The grouped GEMM's MoE form ([`crate::MoeGemm`]): E = `counts.len()` experts sharing N
+    /// and K, `counts[e]` tokens routed to expert e, T = the sum (every token routed; a problem
+    /// with rows past its last offset has the shape of its routed rows).
+    Moe { n: usize, k: usize, counts: Vec<usize> },
 }
 
 impl Shape {
@@ -91,12 +98,13 @@ impl Shape {
             Shape::Gemv { .. } => ProblemKind::Gemv,
             Shape::Gemm { .. } => ProblemKind::Gemm,
             Shape::DualGemm { .. } => ProblemKind::DualGemm,
-            Shape::GroupedGemm { .. } => ProblemKind::GroupedGemm,
+            Shape::GroupedGemm { .. } | Shape::Moe { .. } => ProblemKind::GroupedGemm,
         }
     }
 
     /// Parses the command-line form for `kind`: `MxKxL` (gemv), `MxNxK[xL]` (gemm, dual-gemm),
-    /// `m1,m2,../n1,../k1,..` (grouped-gemm; a single N or K applies to every group).
+    /// `m1,m2,../n1,../k1,..` (grouped-gemm; a single N or K applies to every group), or
+    /// `moe:c1,c2,../N/K` (grouped-gemm in the MoE form: tokens per expert, one N and K).
     pub fn parse(kind: ProblemKind, s: &str) -> Result<Self> {
         let bad = || Error::Invalid(format!("bad {kind} shape `{s}`"));
         let dims = |t: &str, sep: char| -> Result<Vec<usize>> {
@@ -119,6 +127,13 @@ impl Shape {
                 } else {
                     Shape::DualGemm { m, n, k, l }
                 }
+            }
+            ProblemKind::GroupedGemm if s.starts_with(MOE_PREFIX) => {
+                let parts: Vec<Vec<usize>> =
+                    s[MOE_PREFIX.len()..].split('/').map(|p| dims(p, ',')).collect::<Result<_>>()?;
+                let [counts, n, k] = &parts[..] else { return Err(bad()) };
+                let ([n], [k]) = (&n[..], &k[..]) else { return Err(bad()) };
+                Shape::Moe { n: *n, k: *k, counts: counts.clone() }
             }
             ProblemKind::GroupedGemm => {
                 let parts: Vec<Vec<usize>> = s.split('/').map(|p| dims(p, ',')).collect::<Result<_>>()?;
@@ -150,6 +165,19 @@ impl Shape {
                 }
                 groups.iter().try_for_each(|&(m, n, k)| check(1, m, n, k))
             }
+            Shape::Moe { n, k, ref counts } => {
+                if counts.is_empty() {
+                    return Err(Error::Shape("moe gemm: no experts".into()));
+                }
+                let t = counts.iter().try_fold(0usize, |t, &c| t.checked_add(c));
+                match t {
+                    Some(0) => {
+                        Err(Error::Shape("moe gemm: no tokens (every expert's count is 0), T must be >= 1".into()))
+                    }
+                    Some(t) if i32::try_from(t).is_ok() => check(counts.len(), t, n, k),
+                    _ => Err(Error::Shape(format!("moe gemm: T above {} (offsets are i32)", i32::MAX))),
+                }
+            }
         }
     }
 }
@@ -172,6 +200,7 @@ impl fmt::Display for Shape {
                 let ks = join(groups.iter().map(|g| g.2).collect());
                 write!(f, "{ms}/{ns}/{ks}")
             }
+            Shape::Moe { n, k, counts } => write!(f, "{MOE_PREFIX}{}/{n}/{k}", join(counts.clone())),
         }
     }
 }

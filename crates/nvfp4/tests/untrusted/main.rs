@@ -79,6 +79,10 @@ fn decorated(kind: ProblemKind, seed: u64) -> Problem {
             g.groups[1].a = g.groups[1].a.clone().with_global_scale(4.0);
             Problem::GroupedGemm(g)
         }
+        Problem::Moe(mut g) => {
+            g.b = g.b.with_global_scale(4.0);
+            Problem::Moe(g)
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 use super::backend::CudaBackend;
 use super::prepared::HostOp;
 use crate::format::F16Tensor;
-use crate::ops::{Backend, DualGemm, Gemm, Gemv, GroupedGemm};
+use crate::ops::{Backend, DualGemm, Gemm, Gemv, GroupedGemm, MoeGemm};
 use crate::Result;
 
 impl CudaBackend {
@@ -37,5 +37,17 @@ impl Backend for CudaBackend {
     }
     fn grouped_gemm(&self, p: &GroupedGemm) -> Result<Vec<F16Tensor>> {
         self.run_once(HostOp::GroupedGemm(p))
+    }
+    /// For now the experts with tokens as one grouped GEMM of host slices, scattered into
+    /// `[1, T, N]` on the host; to be replaced by the one-launch path that reads the offsets on
+    /// the device.
+    fn moe_gemm(&self, p: &MoeGemm) -> Result<F16Tensor> {
+        let experts = p.routed_experts()?;
+        if experts.is_empty() {
+            return p.assemble([]);
+        }
+        let groups = experts.iter().map(|&e| p.expert_gemm(e)).collect::<Result<_>>()?;
+        let outputs = self.grouped_gemm(&GroupedGemm::new(groups)?)?;
+        p.assemble(experts.into_iter().zip(outputs))
     }
 }

@@ -9,7 +9,7 @@ use super::gemv::GemvConfig;
 use crate::format::Nvfp4Tensor;
 use crate::ops::{DualGemm, Gemm, Gemv, GroupedGemm};
 use crate::problem::{Output, Problem};
-use crate::Result;
+use crate::{Error, Result};
 
 /// f16 quiet NaN: what [`Prepared::poison`] fills outputs with.
 pub const F16_NAN_BITS: u16 = 0x7E00;
@@ -23,14 +23,21 @@ pub(super) enum HostOp<'a> {
     GroupedGemm(&'a GroupedGemm),
 }
 
-impl<'a> From<&'a Problem> for HostOp<'a> {
-    fn from(p: &'a Problem) -> Self {
-        match p {
+impl<'a> TryFrom<&'a Problem> for HostOp<'a> {
+    type Error = Error;
+    fn try_from(p: &'a Problem) -> Result<Self> {
+        Ok(match p {
             Problem::Gemv(g) => HostOp::Gemv(g),
             Problem::Gemm(g) => HostOp::Gemm(g),
             Problem::DualGemm(d) => HostOp::DualGemm(d),
             Problem::GroupedGemm(g) => HostOp::GroupedGemm(g),
-        }
+            Problem::Moe(_) => {
+                return Err(Error::Unsupported {
+                    backend: "cuda".into(),
+                    what: "preparing the MoE form for repeated launches (Backend::moe_gemm runs it)".into(),
+                })
+            }
+        })
     }
 }
 
@@ -38,7 +45,7 @@ impl CudaBackend {
     /// Uploads the operands of `p`, allocates its output(s) and binds it with a workspace of its
     /// own, ready to launch repeatedly.
     pub fn prepare(&self, p: &Problem) -> Result<Prepared> {
-        self.stage(HostOp::from(p), false)
+        self.stage(HostOp::try_from(p)?, false)
     }
 
     /// Uploads `op`'s operands, allocates its outputs and binds it: with the backend's shared

@@ -1,0 +1,142 @@
+//! The MoE form of the grouped GEMM: every expert's weights in one `[E, N, K]` tensor, the tokens
+//! sorted by expert in one `[1, T, K]` tensor, and per-expert end offsets as `torch._grouped_mm`
+//! takes them. Also the backend-neutral plumbing between this form and the list of groups: each
+//! expert's GEMM as a [`Gemm`] of slices, and the per-expert outputs assembled into `[1, T, N]`.
+
+use std::ops::Range;
+
+use super::{check_alpha, same_k, Gemm};
+use crate::format::{F16Tensor, Nvfp4Tensor};
+use crate::{Error, Result};
+
+/// Grouped GEMM in the MoE form: row t of the output, for t in
+/// `offsets[e-1]..offsets[e]` (`0..offsets[0]` for e = 0), is
+/// `f16(alpha · global(A) · global(B) · Σ_k A[0,t,k] · B[e,n,k])`, exactly the [`Gemm`] of that
+/// slice of A against `B[e]`. Output f16 `[1, T, N]`. Rows at or past `offsets[E-1]` belong to no
+/// expert: no backend writes them (the CPU reference returns zeros there). An expert with
+/// `offsets[e] == offsets[e-1]` has no tokens and is allowed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeGemm {
+    /// `[1, T, K]`: the tokens, sorted by expert.
+    pub a: Nvfp4Tensor,
+    /// `[E, N, K]`: all experts' weights, expert e in batch e.
+    pub b: Nvfp4Tensor,
+    /// E entries: `offsets[e]` is the end row (exclusive) of expert e's tokens in A.
+    pub offsets: Vec<i32>,
+    /// Optional FP32 factor applied before the final rounding (every expert).
+    pub alpha: Option<f32>,
+}
+
+impl MoeGemm {
+    /// Checks that A is `[1, T, K]`, B is `[E, N, K]` with the same K, there is one offset per
+    /// expert, and the offsets do not decrease and lie in `0..=T`.
+    pub fn new(a: Nvfp4Tensor, b: Nvfp4Tensor, offsets: Vec<i32>, alpha: Option<f32>) -> Result<Self> {
+        let p = Self { a, b, offsets, alpha };
+        p.validate()?;
+        Ok(p)
+    }
+
+    /// The rules of [`MoeGemm::new`], checked again: the fields are public, so every helper
+    /// below re-checks before it slices.
+    pub fn validate(&self) -> Result<()> {
+        if self.a.l() != 1 {
+            return Err(Error::Shape(format!(
+                "moe gemm: a must be [1, T, K] (the tokens of every expert in one batch), has L = {}",
+                self.a.l()
+            )));
+        }
+        same_k("moe gemm", &self.a, &self.b)?;
+        let (e, t) = (self.experts(), self.tokens());
+        if self.offsets.len() != e {
+            return Err(Error::Shape(format!(
+                "moe gemm: {} offsets for E = {e} experts (b is [E, N, K]); one offset per expert",
+                self.offsets.len()
+            )));
+        }
+        let mut prev = 0i64;
+        for (i, &o) in self.offsets.iter().enumerate() {
+            if o < 0 || o as i64 > t as i64 {
+                return Err(Error::Shape(format!("moe gemm: offsets[{i}] = {o} is outside 0..={t} (T = rows of a)")));
+            }
+            if (o as i64) < prev {
+                return Err(Error::Shape(format!(
+                    "moe gemm: offsets must not decrease, offsets[{i}] = {o} < offsets[{}] = {prev}",
+                    i - 1
+                )));
+            }
+            prev = o as i64;
+        }
+        check_alpha(self.alpha)
+    }
+
+    /// Expert count E.
+    pub fn experts(&self) -> usize {
+        self.b.l()
+    }
+    /// Token count T (rows of A and of the output).
+    pub fn tokens(&self) -> usize {
+        self.a.rows()
+    }
+    /// (E, T, N, K).
+    pub fn etnk(&self) -> (usize, usize, usize, usize) {
+        (self.experts(), self.tokens(), self.b.rows(), self.a.k())
+    }
+
+    /// Rows of A (and of the output) of every expert, in expert order; empty for an expert
+    /// without tokens. Rows from the last range's end to T belong to no expert.
+    pub fn expert_rows(&self) -> Result<Vec<Range<usize>>> {
+        self.validate()?;
+        let ends = self.offsets.iter().map(|&o| o as usize);
+        Ok(std::iter::once(0).chain(ends.clone()).zip(ends).map(|(s, e)| s..e).collect())
+    }
+
+    /// Rows owned by an expert: `offsets[E-1]`.
+    pub fn routed_tokens(&self) -> usize {
+        self.offsets.last().map_or(0, |&o| o.max(0) as usize)
+    }
+
+    /// The experts with at least one token, in order.
+    pub fn routed_experts(&self) -> Result<Vec<usize>> {
+        Ok(self.expert_rows()?.iter().enumerate().filter(|(_, r)| !r.is_empty()).map(|(e, _)| e).collect())
+    }
+
+    /// Expert `e`'s GEMM: its rows of A against `B[e]`, `[1, M_e, K]` x `[1, N, K]`, with the
+    /// same alpha and global scales, scales in the operands' layouts. An expert without tokens
+    /// (or past E) is a shape error: a GEMM has M >= 1.
+    pub fn expert_gemm(&self, e: usize) -> Result<Gemm> {
+        let rows = self
+            .expert_rows()?
+            .into_iter()
+            .nth(e)
+            .ok_or_else(|| Error::Shape(format!("moe gemm: expert {e} of {} does not exist", self.experts())))?;
+        if rows.is_empty() {
+            return Err(Error::Shape(format!("moe gemm: expert {e} has no tokens, so no GEMM")));
+        }
+        let a = self.a.slice_rows(0, rows)?;
+        let b = self.b.slice_rows(e, 0..self.b.rows())?;
+        Gemm::new(a, b, self.alpha)
+    }
+
+    /// The output `[1, T, N]` from expert outputs `(e, [1, M_e, N])`: each written to expert e's
+    /// rows, every other row zero. An output of the wrong shape or for an expert without tokens
+    /// is a shape error.
+    pub fn assemble(&self, parts: impl IntoIterator<Item = (usize, F16Tensor)>) -> Result<F16Tensor> {
+        let ranges = self.expert_rows()?;
+        let (_, t, n, _) = self.etnk();
+        let mut data = vec![half::f16::ZERO; t * n];
+        for (e, out) in parts {
+            let rows = ranges.get(e).filter(|r| !r.is_empty()).ok_or_else(|| {
+                Error::Shape(format!("moe gemm: an output for expert {e}, which has no tokens or does not exist"))
+            })?;
+            if out.shape() != [1, rows.len(), n] {
+                return Err(Error::Shape(format!(
+                    "moe gemm: expert {e}'s output is {:?}, expected [1, {}, {n}]",
+                    out.shape(),
+                    rows.len()
+                )));
+            }
+            data[rows.start * n..rows.end * n].copy_from_slice(out.data());
+        }
+        F16Tensor::new(1, t, n, data)
+    }
+}
