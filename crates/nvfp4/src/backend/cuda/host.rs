@@ -4,6 +4,8 @@
 
 use super::backend::CudaBackend;
 use super::prepared::HostOp;
+use super::sm90::{self, Forced, GroupedShape, Op};
+use super::DeviceOp;
 use crate::format::F16Tensor;
 use crate::ops::{Backend, DualGemm, Gemm, Gemv, GroupedGemm, MoeGemm};
 use crate::Result;
@@ -38,10 +40,20 @@ impl Backend for CudaBackend {
     fn grouped_gemm(&self, p: &GroupedGemm) -> Result<Vec<F16Tensor>> {
         self.run_once(HostOp::GroupedGemm(p))
     }
-    /// For now the experts with tokens as one grouped GEMM of host slices, scattered into
-    /// `[1, T, N]` on the host; to be replaced by the one-launch path that reads the offsets on
-    /// the device.
+    /// One launch that reads the offsets on the device (uploaded here); shapes the skeleton does
+    /// not take (K % 32 != 0, K < 64) run the experts with tokens as one grouped GEMM of host
+    /// slices instead, scattered into `[1, T, N]`.
     fn moe_gemm(&self, p: &MoeGemm) -> Result<F16Tensor> {
+        p.validate()?;
+        let (e, t, n, k) = p.etnk();
+        if sm90::grouped_rejects(&GroupedShape::Moe { t, n, k, e }, Forced::from_env(Op::Grouped)).is_none() {
+            let (a, b) = (self.upload(&p.a)?, self.upload(&p.b)?);
+            let offsets = self.upload_i32(&p.offsets)?;
+            let c = self.alloc_output([1, t, n])?; // zero: rows past the last offset stay zero
+            let op = DeviceOp::MoeGemm { a: &a.view(), b: &b.view(), offsets: &offsets, alpha: p.alpha, c: &c.view() };
+            self.bind(op)?.launch()?;
+            return self.download(&c);
+        }
         let experts = p.routed_experts()?;
         if experts.is_empty() {
             return p.assemble([]);
