@@ -7,6 +7,7 @@
 pub mod fallback;
 pub mod gemv;
 mod module;
+pub mod quantize;
 pub mod sm90;
 
 use std::sync::OnceLock;
@@ -14,8 +15,8 @@ use std::sync::OnceLock;
 pub use module::KernelModule;
 
 /// Every kernel module of the library.
-pub static MODULES: [&KernelModule; 5] =
-    [&gemv::GEMV, &fallback::FALLBACK, &sm90::DECODE_X, &sm90::GEMM_SM90, &sm90::DUAL_SM90];
+pub static MODULES: [&KernelModule; 6] =
+    [&gemv::GEMV, &fallback::FALLBACK, &sm90::DECODE_X, &sm90::GEMM_SM90, &sm90::DUAL_SM90, &quantize::QUANTIZE];
 
 /// The handwritten headers, `#include`d by these names (NVRTC has no include path).
 const STATIC_HEADERS: [(&str, &str); 10] = [
@@ -54,6 +55,7 @@ pub fn generated_header() -> &'static str {
             sm90::Sm90Problem::cuda_decl(),
             sm90::Sm90Schedule::cuda_decl(),
             sm90::Sm90Params::cuda_decl(),
+            quantize::QuantizeParams::cuda_decl(),
         ] {
             s += &decl;
             s.push('\n');
