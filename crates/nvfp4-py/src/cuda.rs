@@ -1,12 +1,14 @@
 //! The CUDA side of the binding: one backend per device (its primary context, the one PyTorch
 //! uses), opened on first use, and per (device, stream) a workspace that launches reuse. A
 //! workspace that had to grow is retired, not freed: a captured CUDA graph may still hold its
-//! address, so every workspace lives as long as the process.
+//! address, so every workspace lives as long as the process. Each stream also keeps the last
+//! operations it bound, by everything their parameters hold (addresses, shapes, layouts,
+//! alpha): a call with the same tensors launches again without planning and binding.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use nvfp4::backend::cuda::{CudaBackend, StreamHandle, Workspace};
+use nvfp4::backend::cuda::{BoundOp, CudaBackend, StreamHandle, Workspace};
 
 use crate::error::{IntoPy, PyResult};
 
@@ -20,7 +22,11 @@ struct DeviceState {
 struct Pool {
     current: Option<Workspace>,
     retired: Vec<Workspace>,
+    bound: HashMap<Vec<u64>, BoundOp>,
 }
+
+/// Bound operations kept per stream (cleared when full).
+const BOUND_CACHE: usize = 256;
 
 fn state(ordinal: usize) -> PyResult<Arc<DeviceState>> {
     static STATES: OnceLock<Mutex<HashMap<usize, Arc<DeviceState>>>> = OnceLock::new();
@@ -55,4 +61,36 @@ pub fn with_device<R>(
         }
     }
     r.py()
+}
+
+/// Launches the operation described by `key` on `stream` of device `ordinal`: the one bound by
+/// an earlier call with the same key, or `bind` now (then kept).
+pub fn launch_cached(
+    ordinal: usize,
+    stream: u64,
+    key: Vec<u64>,
+    bind: impl FnOnce(&CudaBackend, &mut Option<Workspace>) -> nvfp4::Result<BoundOp>,
+) -> PyResult<()> {
+    let st = state(ordinal)?;
+    let _scope = st.backend.enter().py()?;
+    let mut pools = st.pools.lock().unwrap_or_else(|e| e.into_inner());
+    let pool = pools.entry(stream).or_default();
+    // SAFETY: as in `with_device`.
+    let handle = unsafe { StreamHandle::from_raw(stream) };
+    if let Some(op) = pool.bound.get(&key) {
+        return op.launch_on(handle).py();
+    }
+    let before = pool.current.clone();
+    let op = bind(&st.backend, &mut pool.current).py()?;
+    if let Some(old) = before {
+        if pool.current.as_ref().map(Workspace::size) != Some(old.size()) {
+            pool.retired.push(old);
+        }
+    }
+    op.launch_on(handle).py()?;
+    if pool.bound.len() >= BOUND_CACHE {
+        pool.bound.clear();
+    }
+    pool.bound.insert(key, op);
+    Ok(())
 }

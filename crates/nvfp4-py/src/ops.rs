@@ -8,7 +8,7 @@ use nvfp4::{Backend, CpuBackend, DualGemm, F16Tensor, Gemm, Gemv, GroupedGemm, S
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use crate::cuda::with_device;
+use crate::cuda::{launch_cached, with_device};
 use crate::error::{value, IntoPy, PyResult};
 use crate::operand::{check_out, out_view, parse_layout, Operand};
 use crate::tensor::{Device, Tensor};
@@ -62,12 +62,40 @@ fn f16_bytes(t: &F16Tensor) -> Vec<u8> {
     t.data().iter().flat_map(|h: &f16| h.to_bits().to_le_bytes()).collect()
 }
 
-/// Runs a bound operation on the call's CUDA device and stream, without the GIL.
-fn launch<'v>(py: Python<'_>, call: &Call, ordinal: usize, op: impl FnOnce() -> DeviceOp<'v> + Send) -> PyResult<()> {
+/// What a bound operation's parameters depend on: operation, operand addresses, shapes and
+/// layouts, outputs, alphas.
+fn key(op: u64, operands: &[&Operand], outs: &[&Tensor], alphas: &[Option<f32>]) -> Vec<u64> {
+    let mut k = vec![op];
+    for o in operands {
+        let m = &o.meta;
+        k.extend([
+            o.values.ptr,
+            o.scales.ptr,
+            m.l as u64,
+            m.rows as u64,
+            m.k as u64,
+            (m.layout == ScaleLayout::Blocked) as u64,
+        ]);
+    }
+    for t in outs {
+        k.push(t.ptr);
+        k.extend(t.shape.iter().map(|&d| d as u64));
+    }
+    k.extend(alphas.iter().map(|a| a.map_or(1 << 32, |v| v.to_bits() as u64)));
+    k
+}
+
+/// Runs an operation on the call's CUDA device and stream, without the GIL: bound now, or the
+/// one bound by an earlier call with the same key.
+fn launch<'v>(
+    py: Python<'_>,
+    call: &Call,
+    ordinal: usize,
+    key: Vec<u64>,
+    op: impl FnOnce() -> DeviceOp<'v> + Send,
+) -> PyResult<()> {
     let stream = call.stream;
-    py.detach(move || {
-        with_device(ordinal, stream, |backend, ws, handle| backend.bind_with(op(), ws)?.launch_on(handle))
-    })
+    py.detach(move || launch_cached(ordinal, stream, key, |backend, ws| backend.bind_with(op(), ws)))
 }
 
 #[pyfunction]
@@ -100,7 +128,8 @@ pub fn gemm(
         }
         Device::Cuda(d) => {
             let (av, bv, cv) = (a.view()?, b.view()?, out_view(&out, shape)?);
-            launch(py, &call, d, || DeviceOp::Gemm(GemmViews { a: &av, b: &bv, alpha, c: &cv }))
+            let k = key(1, &[&a, &b], &[&out], &[alpha]);
+            launch(py, &call, d, k, || DeviceOp::Gemm(GemmViews { a: &av, b: &bv, alpha, c: &cv }))
         }
     }
 }
@@ -141,7 +170,8 @@ pub fn gemv(
         }
         Device::Cuda(d) => {
             let (av, bv, cv) = (a.view()?, b.view()?, out_view(&out, shape)?);
-            launch(py, &call, d, || DeviceOp::Gemv(GemmViews { a: &av, b: &bv, alpha, c: &cv }))
+            let k = key(2, &[&a, &b], &[&out], &[alpha]);
+            launch(py, &call, d, k, || DeviceOp::Gemv(GemmViews { a: &av, b: &bv, alpha, c: &cv }))
         }
     }
 }
@@ -183,7 +213,8 @@ pub fn dual_gemm(
         }
         Device::Cuda(d) => {
             let (av, b1v, b2v, cv) = (a.view()?, b1.view()?, b2.view()?, out_view(&out, shape)?);
-            launch(py, &call, d, || DeviceOp::DualGemm { a: &av, b1: &b1v, b2: &b2v, alpha, c: &cv })
+            let k = key(3, &[&a, &b1, &b2], &[&out], &[alpha]);
+            launch(py, &call, d, k, || DeviceOp::DualGemm { a: &av, b1: &b1v, b2: &b2v, alpha, c: &cv })
         }
     }
 }

@@ -32,14 +32,14 @@ fn input_scale(path: &PathBuf, prefix: &str, convention: WeightConvention) -> Py
     Ok(Some(g))
 }
 
-/// `(values bytes, scales bytes, n, k, weight global, input global or None, convention)` of the
-/// layer under `prefix`: values `[N, K/2]` and plain scales `[N, K/16]` as bytes.
+/// What `load_linear` returns to Python: values bytes, scales bytes, N, K, the weight's global
+/// scale, the activation global scale if any, the convention's name.
+type Linear<'py> = (Bound<'py, PyBytes>, Bound<'py, PyBytes>, usize, usize, f32, Option<f32>, String);
+
+/// The layer under `prefix`: values `[N, K/2]` and plain scales `[N, K/16]` as bytes, N, K, the
+/// global scales and the convention.
 #[pyfunction]
-pub fn load_linear<'py>(
-    py: Python<'py>,
-    path: PathBuf,
-    prefix: &str,
-) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, usize, usize, f32, Option<f32>, String)> {
+pub fn load_linear<'py>(py: Python<'py>, path: PathBuf, prefix: &str) -> PyResult<Linear<'py>> {
     let (w, convention) = load_weight(&path, prefix).py()?;
     let input = input_scale(&path, prefix, convention)?;
     Ok((

@@ -102,11 +102,19 @@ impl Gpu {
 
     /// Makes this device's context current on the calling thread until the guard drops, which
     /// restores the thread's previous context (a framework's notion of the current device is
-    /// left as it was).
+    /// left as it was). Inside the scope the thread's stream-capture mode is relaxed, so that
+    /// what a first call does off the caller's stream (loading a module, allocating and zeroing
+    /// a workspace on our own stream) is allowed while the caller's stream is being captured
+    /// into a CUDA graph; launches on the caller's stream are captured as usual.
     pub fn enter(&self) -> Result<ContextScope> {
         let previous = dres::ctx::get_current().map_err(cuda_err("cuCtxGetCurrent"))?;
         self.stream.context().bind_to_thread().map_err(cuda_err("making the device's context current"))?;
-        Ok(ContextScope { previous })
+        let mut mode = dsys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: exchanges the calling thread's capture mode through a valid pointer to a local.
+        unsafe { dsys::cuThreadExchangeStreamCaptureMode(&mut mode) }
+            .result()
+            .map_err(cuda_err("cuThreadExchangeStreamCaptureMode"))?;
+        Ok(ContextScope { previous, mode })
     }
 
     /// Enqueues a fill of `n` u32 words at device address `addr` with `value` on `stream`.
@@ -274,10 +282,14 @@ impl StreamHandle {
 /// The thread's previous CUDA context, restored on drop (see [`Gpu::enter`]).
 pub struct ContextScope {
     previous: Option<dsys::CUcontext>,
+    mode: dsys::CUstreamCaptureMode,
 }
 
 impl Drop for ContextScope {
     fn drop(&mut self) {
+        // SAFETY: puts back the thread's capture mode saved by `Gpu::enter`, through a valid
+        // pointer to our own field; failure cannot leave anything unsound.
+        let _ = unsafe { dsys::cuThreadExchangeStreamCaptureMode(&mut self.mode) };
         if let Some(ctx) = self.previous {
             // SAFETY: `ctx` was the thread's current context when the scope was entered; a
             // context stays valid while the process holds its primary-context reference (torch
