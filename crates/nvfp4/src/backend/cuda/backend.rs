@@ -8,12 +8,13 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaFunction, CudaModule};
 
 use super::compile;
-use super::device::{self, DeviceF16, DeviceNvfp4, I32View, Workspace, WorkspaceNeeds};
+use super::device::{self, DeviceF16, DeviceNvfp4, I32View, Nvfp4View, Workspace, WorkspaceNeeds};
 use super::device_op::{BoundOp, DeviceOp, GemmViews, Work};
 use super::fallback::{self, MmaLaunch, MmaOperands};
 use super::gemv::{self, GemvConfig, GemvLaunch};
 use super::kernels::{self, sm90::Op, sm90::DECODE_X, sm90::DECODE_X_SYMBOL, KernelModule};
-use super::runtime::{cuda_err, Gpu};
+use super::quantize::{self, DenseView, GlobalSource, QuantizeKernels, ScalarView};
+use super::runtime::{cuda_err, ContextScope, Gpu, StreamHandle};
 use super::sm90::{self, Forced, GroupOperands, GroupedLaunch, GroupedOperands, Sm90Kernels, Sm90Launch, Sm90Operands};
 use crate::format::{F16Tensor, Nvfp4Tensor};
 use crate::Result;
@@ -30,7 +31,51 @@ impl CudaBackend {
     /// Opens device 0. Without a driver or GPU this is `Error::NoDriver` / `Error::NoGpu`
     /// (never a panic). NVRTC is needed only when a problem is bound.
     pub fn new() -> Result<Self> {
-        Ok(Self { gpu: Arc::new(Gpu::open()?), modules: Mutex::new(HashMap::new()), workspace: Mutex::new(None) })
+        Self::on_device(0)
+    }
+
+    /// Opens device `ordinal` (its primary context: the one PyTorch uses for that device).
+    pub fn on_device(ordinal: usize) -> Result<Self> {
+        let gpu = Arc::new(Gpu::open_device(ordinal)?);
+        Ok(Self { gpu, modules: Mutex::new(HashMap::new()), workspace: Mutex::new(None) })
+    }
+
+    /// The device's ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.gpu.ordinal()
+    }
+
+    /// Makes the device's context current on this thread until the scope drops (which restores
+    /// the previous one): for launches on a caller's stream from a thread whose current context
+    /// may be another device's.
+    pub fn enter(&self) -> Result<ContextScope> {
+        self.gpu.enter()
+    }
+
+    /// Waits for the backend's own stream (where workspaces are allocated and zeroed): callers
+    /// that launch on their own streams do this once after a workspace was created or grown.
+    pub fn sync(&self) -> Result<()> {
+        self.gpu.sync()
+    }
+
+    /// Enqueues the quantization of `x` into `out` (its layout) and the global scale used into
+    /// `global_out`, on `stream`; `ws` as in [`CudaBackend::bind_with`].
+    pub fn quantize_on(
+        &self,
+        x: &DenseView,
+        out: &Nvfp4View,
+        global: GlobalSource<'_>,
+        global_out: &ScalarView,
+        ws: &mut Option<Workspace>,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        let (amax, quant) = x.dtype.symbols();
+        let k = QuantizeKernels {
+            amax: self.function(&kernels::quantize::QUANTIZE, amax)?,
+            quantize: self.function(&kernels::quantize::QUANTIZE, quant)?,
+        };
+        let w = grown(&self.gpu, ws, quantize::needs(global))?;
+        quantize::launch(&self.gpu, &k, x, out, global, global_out, &w, stream)
     }
 
     /// The backend's stream.
@@ -256,6 +301,19 @@ impl CudaBackend {
         let f = self.function(&kernels::fallback::FALLBACK, symbol)?;
         Ok(Work::Mma(MmaLaunch::bind(&self.gpu, symbol, f, ops)?))
     }
+}
+
+/// `ws` if it holds `needs`, else a new workspace holding both (stored in `ws`; launches bound
+/// to the old one keep it alive).
+fn grown(gpu: &Gpu, ws: &mut Option<Workspace>, needs: WorkspaceNeeds) -> Result<Workspace> {
+    if let Some(w) = ws.as_ref().filter(|w| w.holds(needs)) {
+        return Ok(w.clone());
+    }
+    let old = ws.as_ref().map_or(WorkspaceNeeds::default(), Workspace::size);
+    let size = WorkspaceNeeds { bytes: needs.bytes.max(old.bytes), counters: needs.counters.max(old.counters) };
+    let w = Workspace::new(gpu, size)?;
+    *ws = Some(w.clone());
+    Ok(w)
 }
 
 /// A GEMM's operands for the fallback.

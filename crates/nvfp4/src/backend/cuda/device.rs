@@ -128,6 +128,21 @@ pub struct F16View {
 }
 
 impl F16View {
+    /// A view of an f16 `[L, rows, cols]` output the caller owns (e.g. a framework's tensor).
+    ///
+    /// # Safety
+    /// `addr` must be a device address of this backend's context holding `L * rows * cols` f16,
+    /// 16-byte aligned, that stays allocated until every launch bound to this view has completed
+    /// and that nothing else reads or writes while those launches run.
+    pub unsafe fn from_raw(addr: u64, shape: [usize; 3]) -> Result<Self> {
+        if shape.contains(&0) {
+            return Err(Error::Shape(format!("an f16 output {shape:?} has a zero dimension")));
+        }
+        if !addr.is_multiple_of(16) {
+            return Err(Error::Invalid("device operands must be 16-byte aligned".into()));
+        }
+        Ok(Self { addr, shape, keep: None })
+    }
     /// What keeps its memory alive, if it is ours.
     pub(crate) fn keep(&self) -> Option<Keep> {
         self.keep.clone()
@@ -228,10 +243,12 @@ pub struct Workspace {
 }
 
 impl Workspace {
-    /// Zeroed scratch and counters of at least these sizes.
+    /// Zeroed scratch and counters of at least these sizes, ready when this returns (so that
+    /// launches on any stream of the context may use them).
     pub(crate) fn new(gpu: &Gpu, size: WorkspaceNeeds) -> Result<Self> {
         let scratch = gpu.zeros::<u8>(size.bytes, "the launch workspace")?;
         let counters = gpu.zeros::<u32>(size.counters, "the launch's arrival counters")?;
+        gpu.sync()?;
         let addrs = (gpu.addr(&scratch), gpu.addr(&counters));
         Ok(Self { scratch: Arc::new(scratch), counters: Arc::new(counters), addrs, size })
     }

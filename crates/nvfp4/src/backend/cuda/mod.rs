@@ -6,6 +6,7 @@
 //!   kernel, and the generated header with every size Rust and CUDA share.
 //! - [`compile`]: NVRTC options, the CUBIN cache, the ptxas report.
 //! - [`device`]: device-resident operands and views, `upload`, workspaces.
+//! - [`quantize`]: the GPU quantizer (dense device memory to NVFP4 on a given stream).
 //! - [`gemv`], [`sm90`] (the GEMM skeleton: GEMM, fused dual GEMM, grouped GEMM), [`fallback`]: for each
 //!   kernel family a pure plan, a bind step (plan + views + output + workspace -> parameters) and
 //!   a launch on a stream.
@@ -28,6 +29,7 @@ pub mod gemv;
 mod host;
 pub mod kernels;
 mod prepared;
+pub mod quantize;
 mod runtime;
 pub mod sm90;
 
@@ -41,7 +43,8 @@ pub use fallback::MmaConfig;
 pub use gemv::GemvConfig;
 pub use kernels::KernelModule;
 pub use prepared::{Prepared, F16_NAN_BITS};
-pub use runtime::StreamHandle;
+pub use quantize::{DenseType, DenseView, GlobalSource, ScalarView};
+pub use runtime::{ContextScope, StreamHandle};
 pub use sm90::{GroupedPlan, Sm90Plan};
 
 /// True when a CUDA driver and at least one GPU are present (checked once per process).

@@ -62,17 +62,24 @@ pub(crate) struct DeviceInfo {
     pub driver_version: i32,
 }
 
-/// Device 0: its primary context and the one stream every launch and copy goes to.
+/// One device (0 unless opened with [`Gpu::open_device`]): its primary context and the one
+/// stream every launch and copy of ours goes to.
 pub(crate) struct Gpu {
     stream: Arc<CudaStream>,
     info: DeviceInfo,
+    ordinal: usize,
 }
 
 impl Gpu {
-    /// Opens device 0. Errors are typed: no driver, no GPU, or a CUDA failure.
-    pub fn open() -> Result<Self> {
-        device_count()?;
-        let ctx = CudaContext::new(0).map_err(cuda_err("creating the CUDA context"))?;
+    /// Opens device `ordinal` (its primary context, the one PyTorch uses). Errors are typed: no
+    /// driver, no GPU, an ordinal beyond the device count (`Error::Invalid` naming both), or a
+    /// CUDA failure.
+    pub fn open_device(ordinal: usize) -> Result<Self> {
+        let count = device_count()?;
+        if ordinal >= count {
+            return Err(Error::Invalid(format!("CUDA device {ordinal} does not exist ({count} GPU(s) present)")));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(cuda_err("creating the CUDA context"))?;
         // SAFETY: the backend issues all its work (copies, memsets, launches) on the single
         // stream created below, so no cross-stream synchronization events are needed. Callers
         // that use this context from another stream must synchronize with `stream()` themselves.
@@ -85,7 +92,43 @@ impl Gpu {
         let mut driver_version: c_int = 0;
         // SAFETY: cuDriverGetVersion writes one int through a valid pointer; the driver is loaded.
         unsafe { dsys::cuDriverGetVersion(&mut driver_version) }.result().map_err(cuda_err("cuDriverGetVersion"))?;
-        Ok(Self { stream, info: DeviceInfo { name, compute_capability, sms, driver_version } })
+        Ok(Self { stream, info: DeviceInfo { name, compute_capability, sms, driver_version }, ordinal })
+    }
+
+    /// The device's ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// Makes this device's context current on the calling thread until the guard drops, which
+    /// restores the thread's previous context (a framework's notion of the current device is
+    /// left as it was). Inside the scope the thread's stream-capture mode is relaxed, so that
+    /// what a first call does off the caller's stream (loading a module, allocating and zeroing
+    /// a workspace on our own stream) is allowed while the caller's stream is being captured
+    /// into a CUDA graph; launches on the caller's stream are captured as usual.
+    pub fn enter(&self) -> Result<ContextScope> {
+        let previous = dres::ctx::get_current().map_err(cuda_err("cuCtxGetCurrent"))?;
+        self.stream.context().bind_to_thread().map_err(cuda_err("making the device's context current"))?;
+        let mut mode = dsys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: exchanges the calling thread's capture mode through a valid pointer to a local.
+        unsafe { dsys::cuThreadExchangeStreamCaptureMode(&mut mode) }
+            .result()
+            .map_err(cuda_err("cuThreadExchangeStreamCaptureMode"))?;
+        Ok(ContextScope { previous, mode })
+    }
+
+    /// Enqueues a fill of `n` u32 words at device address `addr` with `value` on `stream`.
+    pub fn memset_u32(&self, addr: u64, value: u32, n: usize, stream: StreamHandle) -> Result<()> {
+        // SAFETY: the caller's `addr` holds `n` u32 of device memory of this context (checked by
+        // the safe callers from views and workspaces, which keep it allocated); the memset is
+        // ordered on `stream`, a live stream of this context.
+        unsafe { dsys::cuMemsetD32Async(addr, value, n, stream.0) }.result().map_err(cuda_err("cuMemsetD32Async"))
+    }
+
+    /// Enqueues a zero fill of `n` bytes at device address `addr` on `stream`.
+    pub fn memset_zero(&self, addr: u64, n: usize, stream: StreamHandle) -> Result<()> {
+        // SAFETY: as in `memset_u32`, for `n` bytes.
+        unsafe { dsys::cuMemsetD8Async(addr, 0, n, stream.0) }.result().map_err(cuda_err("cuMemsetD8Async"))
     }
 
     pub fn stream(&self) -> &Arc<CudaStream> {
@@ -219,6 +262,43 @@ impl Gpu {
 /// A stream that launches are enqueued on.
 #[derive(Clone, Copy, Debug)]
 pub struct StreamHandle(dsys::CUstream);
+
+impl StreamHandle {
+    /// A stream the caller owns, e.g. PyTorch's current stream (`cuda_stream`, 0 for the legacy
+    /// default stream).
+    ///
+    /// # Safety
+    /// `raw` must be a live `CUstream` (or 0) of the context of the backend that launches on it,
+    /// and stay alive until the work enqueued on it has been issued.
+    pub unsafe fn from_raw(raw: u64) -> Self {
+        Self(raw as usize as dsys::CUstream)
+    }
+    /// The raw handle.
+    pub fn as_raw(&self) -> u64 {
+        self.0 as usize as u64
+    }
+}
+
+/// The thread's previous CUDA context, restored on drop (see [`Gpu::enter`]).
+pub struct ContextScope {
+    previous: Option<dsys::CUcontext>,
+    mode: dsys::CUstreamCaptureMode,
+}
+
+impl Drop for ContextScope {
+    fn drop(&mut self) {
+        // SAFETY: puts back the thread's capture mode saved by `Gpu::enter`, through a valid
+        // pointer to our own field; failure cannot leave anything unsound.
+        let _ = unsafe { dsys::cuThreadExchangeStreamCaptureMode(&mut self.mode) };
+        if let Some(ctx) = self.previous {
+            // SAFETY: `ctx` was the thread's current context when the scope was entered; a
+            // context stays valid while the process holds its primary-context reference (torch
+            // and our `CudaContext` both do). A failure here leaves our context current, which
+            // is harmless, so the result is ignored.
+            let _ = unsafe { dres::ctx::set_current(ctx) };
+        }
+    }
+}
 
 // SAFETY: a CUstream is an opaque driver handle, valid from any thread of the process.
 unsafe impl Send for StreamHandle {}

@@ -8,6 +8,7 @@ pub mod fallback;
 pub mod gemv;
 pub mod grouped;
 mod module;
+pub mod quantize;
 pub mod sm90;
 
 use std::sync::OnceLock;
@@ -15,8 +16,15 @@ use std::sync::OnceLock;
 pub use module::KernelModule;
 
 /// Every kernel module of the library.
-pub static MODULES: [&KernelModule; 6] =
-    [&gemv::GEMV, &fallback::FALLBACK, &sm90::DECODE_X, &sm90::GEMM_SM90, &sm90::DUAL_SM90, &grouped::GROUPED_SM90];
+pub static MODULES: [&KernelModule; 7] = [
+    &gemv::GEMV,
+    &fallback::FALLBACK,
+    &sm90::DECODE_X,
+    &sm90::GEMM_SM90,
+    &sm90::DUAL_SM90,
+    &grouped::GROUPED_SM90,
+    &quantize::QUANTIZE,
+];
 
 /// The handwritten headers, `#include`d by these names (NVRTC has no include path).
 const STATIC_HEADERS: [(&str, &str); 12] = [
@@ -62,6 +70,7 @@ pub fn generated_header() -> &'static str {
             grouped::GroupedBuild::cuda_decl(),
             grouped::GroupedPrepParams::cuda_decl(),
             grouped::Sm90GroupedParams::cuda_decl(),
+            quantize::QuantizeParams::cuda_decl(),
         ] {
             s += &decl;
             s.push('\n');

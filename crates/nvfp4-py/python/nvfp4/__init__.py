@@ -1,0 +1,178 @@
+"""nvfp4: exact NVFP4 matrix kernels for NVIDIA Hopper, on PyTorch and NumPy tensors.
+
+Every operation takes NVFP4 operands as (packed values, scales): values uint8 (or
+torch.float4_e2m1fn_x2) of shape [rows, K/2] or [L, rows, K/2], two E2M1 per byte with the even k
+in the low nibble; scales float8_e4m3fn (or uint8), plain [.., rows, K/16] or blocked
+[L, ceil(rows/128), ceil(K/64), 512] (the layout is told from the shape, or forced with
+``layout=``). CUDA tensors run on the GPU, zero-copy, on the current torch stream of their device
+(read at every call, so the operations work under ``torch.cuda.stream`` and CUDA graph capture);
+CPU tensors (torch or NumPy) run on the exact CPU reference. Results are float16, rounded once;
+``alpha`` multiplies before that rounding. ``out=`` writes into an existing tensor.
+"""
+
+from . import _nvfp4
+from ._nvfp4 import __version__, cuda_available
+
+__all__ = ["gemv", "gemm", "dual_gemm", "grouped_gemm", "quantize", "cuda_available", "__version__"]
+
+try:  # torch is optional: NumPy arrays work without it.
+    import torch as _torch
+except ImportError:  # pragma: no cover
+    _torch = None
+
+_BYTE_VIEWS = ()
+if _torch is not None:
+    _BYTE_VIEWS = tuple(
+        getattr(_torch, n) for n in ("float4_e2m1fn_x2", "float8_e4m3fn") if hasattr(_torch, n)
+    )
+    _raw_stream = getattr(_torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _is_torch(t):
+    return _torch is not None and isinstance(t, _torch.Tensor)
+
+
+def _bytes(t):
+    """torch's FP4/FP8 dtypes as uint8 (same bytes): DLPack support for them varies by version."""
+    if _is_torch(t) and t.dtype in _BYTE_VIEWS:
+        return t.view(_torch.uint8)
+    return t
+
+
+def _stream(t):
+    """The current torch stream of t's device as a raw CUstream (0 for CPU tensors)."""
+    if _is_torch(t) and t.is_cuda:
+        idx = t.device.index
+        if _raw_stream is not None:
+            return _raw_stream(idx)
+        return _torch.cuda.current_stream(idx).cuda_stream
+    return 0
+
+
+def _shape(t, name):
+    try:
+        return tuple(t.shape)
+    except AttributeError:
+        raise TypeError(f"{name}: expected a tensor or array, got {type(t).__name__}") from None
+
+
+def _rows(t, name):
+    s = _shape(t, name)
+    if len(s) not in (2, 3):
+        raise ValueError(f"{name}: packed values must be [rows, K/2] or [L, rows, K/2], got shape {list(s)}")
+    return s
+
+
+def _empty(like, shape, dtype="float16"):
+    if _is_torch(like):
+        return _torch.empty(shape, dtype=getattr(_torch, dtype), device=like.device)
+    import numpy as np
+
+    return np.empty(shape, dtype=dtype)
+
+
+def _out_shape(a, b, n):
+    sa, sb = _rows(a, "a"), _rows(b, "b")
+    if len(sa) == 2 and len(sb) == 2:
+        return (sa[0], n)
+    return (sa[0] if len(sa) == 3 else 1, sa[-2], n)
+
+
+def _check_out_dtype(out_dtype):
+    if out_dtype is None:
+        return
+    name = getattr(out_dtype, "name", None) or str(out_dtype).replace("torch.", "")
+    if name in ("float16", "half"):
+        return
+    if name in ("bfloat16",):
+        raise ValueError("out_dtype=bfloat16 is not supported yet: the kernels round once to float16")
+    raise ValueError(f"out_dtype must be float16, got {out_dtype}")
+
+
+def gemm(a, sfa, b, sfb, *, alpha=None, layout=None, out=None, out_dtype=None):
+    """c[l, m, n] = sum_k A[l, m, k] * B[l, n, k] (A @ B^T, B rows are N like a Linear weight)."""
+    _check_out_dtype(out_dtype)
+    if out is None:
+        out = _empty(a, _out_shape(a, b, _rows(b, "b")[-2]))
+    _nvfp4.gemm(_bytes(a), _bytes(sfa), _bytes(b), _bytes(sfb), out, alpha, layout, _stream(a))
+    return out
+
+
+def gemv(a, sfa, b, sfb, *, alpha=None, layout=None, out=None, out_dtype=None):
+    """Batched GEMV: c[l, m] = sum_k A[l, m, k] * B[l, k]; b is [L, 1, K/2]; output [L, M, 1]."""
+    _check_out_dtype(out_dtype)
+    if out is None:
+        out = _empty(a, _out_shape(a, b, 1))
+    _nvfp4.gemv(_bytes(a), _bytes(sfa), _bytes(b), _bytes(sfb), out, alpha, layout, _stream(a))
+    return out
+
+
+def dual_gemm(a, sfa, b1, sfb1, b2, sfb2, *, alpha=None, layout=None, out=None, out_dtype=None):
+    """Gated dual GEMM (SwiGLU): f16(silu(A @ B1^T) * (A @ B2^T)), alpha applied to each product."""
+    _check_out_dtype(out_dtype)
+    if out is None:
+        out = _empty(a, _out_shape(a, b1, _rows(b1, "b1")[-2]))
+    _nvfp4.dual_gemm(
+        _bytes(a), _bytes(sfa), _bytes(b1), _bytes(sfb1), _bytes(b2), _bytes(sfb2), out, alpha, layout, _stream(a)
+    )
+    return out
+
+
+def grouped_gemm(groups, *, alpha=None, layout=None, out=None, out_dtype=None, offsets=None):
+    """Grouped GEMM: ``groups`` is a list of (a, sfa, b, sfb) with L = 1, all run in one launch;
+    returns a list of [M_g, N_g] outputs. ``alpha``: a float or one per group.
+
+    ``offsets=``: the MoE form (one activation tensor split by row offsets, experts stacked) is
+    the grouped GEMM of issue 10; until the library has it this raises ValueError.
+    """
+    _check_out_dtype(out_dtype)
+    if offsets is not None:
+        moe = getattr(_nvfp4, "grouped_gemm_moe", None)
+        if moe is None:
+            raise ValueError("grouped_gemm(offsets=...): the MoE offsets form is not in this build yet")
+    if not isinstance(groups, (list, tuple)):
+        raise TypeError("groups must be a list of (a, sfa, b, sfb) tuples")
+    groups = [tuple(g) for g in groups]
+    for i, g in enumerate(groups):
+        if len(g) != 4:
+            raise TypeError(f"groups[{i}] must be a tuple (a, sfa, b, sfb)")
+    if out is None:
+        out = [_empty(g[0], _out_shape(g[0], g[2], _rows(g[2], f"groups[{i}].b")[-2])) for i, g in enumerate(groups)]
+    groups = [tuple(_bytes(t) for t in g) for g in groups]
+    first = groups[0][0] if groups else None
+    _nvfp4.grouped_gemm(groups, list(out), alpha, layout, _stream(first))
+    return list(out)
+
+
+def quantize(x, global_scale=None, layout="plain", *, out=None):
+    """Quantizes f32/f16/bf16 ``x`` ([rows, K] or [L, rows, K]) to NVFP4 in the ModelOpt
+    convention: returns (values uint8 [.., K/2], scales float8_e4m3fn (torch) or uint8 (NumPy),
+    global_scale float32 [1]). ``global_scale``: None (amax / (6 * 448), computed where x lives),
+    a float, or a one-element float32 tensor on x's device (read by the kernel: graph-safe).
+    Bit-identical on the GPU and the CPU. ``out=(values, scales, global)`` reuses buffers.
+    """
+    s = _shape(x, "x")
+    if len(s) not in (2, 3):
+        raise ValueError(f"x: must be [rows, K] or [L, rows, K], got shape {list(s)}")
+    if layout not in ("plain", "blocked"):
+        raise ValueError(f'layout must be "plain" or "blocked", got {layout!r}')
+    if out is None:
+        lead, k = s[:-1], s[-1]
+        if layout == "plain":
+            sshape = lead + (k // 16,)
+        else:
+            l_, rows = (1, s[0]) if len(s) == 2 else (s[0], s[1])
+            r, c = -(-rows // 128), -(-(k // 16) // 4)
+            sshape = (l_, r, c, 512) if len(s) == 3 else (r, c, 512)
+        values = _empty(x, lead + (k // 2,), "uint8")
+        scales = _empty(x, sshape, "uint8")
+        glob = _empty(x, (1,), "float32")
+        if _is_torch(x) and hasattr(_torch, "float8_e4m3fn"):
+            scales_ret = scales.view(_torch.float8_e4m3fn)
+        else:
+            scales_ret = scales
+    else:
+        values, scales_ret, glob = out
+        scales = _bytes(scales_ret)
+    _nvfp4.quantize(x, values, scales, glob, global_scale, layout, _stream(x))
+    return values, scales_ret, glob

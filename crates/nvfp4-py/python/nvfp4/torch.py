@@ -1,0 +1,170 @@
+"""PyTorch integration: ``torch.ops.nvfp4.*`` custom ops (with fake implementations, so they
+trace under ``torch.compile`` and replay in CUDA graphs) and ``Linear``, an NVFP4 linear layer
+built from a ModelOpt or compressed-tensors checkpoint.
+
+The ops are registered with ``torch.library.Library`` define/impl (cheaper per call than
+``@torch.library.custom_op``): ``nvfp4::gemm``, ``nvfp4::gemv``, ``nvfp4::dual_gemm``,
+``nvfp4::grouped_gemm``, ``nvfp4::quantize``.
+"""
+
+import torch
+
+import nvfp4 as _nv
+
+_lib = torch.library.Library("nvfp4", "DEF")
+_lib.define("gemm(Tensor a, Tensor sfa, Tensor b, Tensor sfb, float? alpha=None) -> Tensor")
+_lib.define("gemv(Tensor a, Tensor sfa, Tensor b, Tensor sfb, float? alpha=None) -> Tensor")
+_lib.define(
+    "dual_gemm(Tensor a, Tensor sfa, Tensor b1, Tensor sfb1, Tensor b2, Tensor sfb2, float? alpha=None) -> Tensor"
+)
+_lib.define("grouped_gemm(Tensor[] a, Tensor[] sfa, Tensor[] b, Tensor[] sfb, float[]? alpha=None) -> Tensor[]")
+_lib.define("quantize(Tensor x, float? global_scale=None, str layout='plain') -> (Tensor, Tensor, Tensor)")
+
+
+def _out(a, n):
+    lead = (a.shape[0], a.shape[1]) if a.dim() == 3 else (a.shape[0],)
+    return a.new_empty(lead + (n,), dtype=torch.float16)
+
+
+def _gemm(a, sfa, b, sfb, alpha=None):
+    return _nv.gemm(a, sfa, b, sfb, alpha=alpha)
+
+
+def _gemv(a, sfa, b, sfb, alpha=None):
+    return _nv.gemv(a, sfa, b, sfb, alpha=alpha)
+
+
+def _dual(a, sfa, b1, sfb1, b2, sfb2, alpha=None):
+    return _nv.dual_gemm(a, sfa, b1, sfb1, b2, sfb2, alpha=alpha)
+
+
+def _grouped(a, sfa, b, sfb, alpha=None):
+    return _nv.grouped_gemm(list(zip(a, sfa, b, sfb)), alpha=alpha)
+
+
+def _quantize(x, global_scale=None, layout="plain"):
+    return _nv.quantize(x, global_scale, layout)
+
+
+for _name, _fn in (
+    ("gemm", _gemm),
+    ("gemv", _gemv),
+    ("dual_gemm", _dual),
+    ("grouped_gemm", _grouped),
+    ("quantize", _quantize),
+):
+    _lib.impl(_name, _fn, "CPU")
+    _lib.impl(_name, _fn, "CUDA")
+
+
+@torch.library.register_fake("nvfp4::gemm")
+def _gemm_fake(a, sfa, b, sfb, alpha=None):
+    return _out(a, b.shape[-2])
+
+
+@torch.library.register_fake("nvfp4::gemv")
+def _gemv_fake(a, sfa, b, sfb, alpha=None):
+    return _out(a, 1)
+
+
+@torch.library.register_fake("nvfp4::dual_gemm")
+def _dual_fake(a, sfa, b1, sfb1, b2, sfb2, alpha=None):
+    return _out(a, b1.shape[-2])
+
+
+@torch.library.register_fake("nvfp4::grouped_gemm")
+def _grouped_fake(a, sfa, b, sfb, alpha=None):
+    return [_out(x, y.shape[-2]) for x, y in zip(a, b)]
+
+
+@torch.library.register_fake("nvfp4::quantize")
+def _quantize_fake(x, global_scale=None, layout="plain"):
+    lead, k = tuple(x.shape[:-1]), x.shape[-1]
+    values = x.new_empty(lead + (k // 2,), dtype=torch.uint8)
+    if layout == "plain":
+        sshape = lead + (k // 16,)
+    else:
+        rows = x.shape[-2]
+        r, c = -(-rows // 128), -(-(k // 16) // 4)
+        sshape = ((x.shape[0],) if x.dim() == 3 else ()) + (r, c, 512)
+    scales = x.new_empty(sshape, dtype=torch.float8_e4m3fn)
+    return values, scales, x.new_empty((1,), dtype=torch.float32)
+
+
+def dequantize(values, scales, global_scale=1.0, dtype=torch.float32):
+    """NVFP4 (plain scales) back to dense ``dtype``: e2m1 * e4m3 * global (exact in float32)."""
+    lut = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], device=values.device)
+    v = values.view(torch.uint8)
+    codes = torch.stack([v & 15, v >> 4], dim=-1).flatten(-2).long()
+    x = lut[codes]
+    s = scales.view(torch.float8_e4m3fn).float().repeat_interleave(16, dim=-1)
+    g = global_scale if not torch.is_tensor(global_scale) else global_scale.float()
+    return (x * s * g).to(dtype)
+
+
+class Linear(torch.nn.Module):
+    """y = x @ W^T (+ bias) with an NVFP4 weight W [N, K] and NVFP4 activations.
+
+    ``forward`` quantizes x on the GPU with the checkpoint's activation global scale
+    ``input_scale`` (ModelOpt; the inverse of compressed-tensors' ``input_global_scale``) and runs
+    the NVFP4 GEMM with alpha = input_scale * weight_global: what a Blackwell GPU computes for the
+    same checkpoint. Without an ``input_scale`` the activation scale is the per-call amax (a host
+    synchronization: not capturable in a CUDA graph). Output float16, cast to ``out_dtype``.
+    """
+
+    def __init__(self, weight, weight_scale, weight_global, input_scale=None, bias=None, out_dtype=torch.float16):
+        super().__init__()
+        n, half = weight.shape
+        if weight_scale.shape != (n, 2 * half // 16):
+            raise ValueError(f"weight_scale must be [{n}, {2 * half // 16}] (plain), got {list(weight_scale.shape)}")
+        self.in_features, self.out_features = 2 * half, n
+        self.register_buffer("weight", weight.view(torch.uint8).contiguous())
+        self.register_buffer("weight_scale", weight_scale.view(torch.uint8).contiguous())
+        self.weight_global = float(weight_global)
+        self.input_scale = None if input_scale is None else float(input_scale)
+        self.bias = None if bias is None else torch.nn.Parameter(bias, requires_grad=False)
+        self.out_dtype = out_dtype
+
+    @classmethod
+    def from_state_dict(cls, sd, prefix="", bias=None, **kw):
+        """From tensors named like a checkpoint: ModelOpt (``weight``, ``weight_scale``,
+        ``weight_scale_2``, ``input_scale``) or compressed-tensors (``weight_packed``,
+        ``weight_scale``, ``weight_global_scale``, ``input_global_scale``: inverses)."""
+        p = prefix
+        if p + "weight_packed" in sd:
+            w, s = sd[p + "weight_packed"], sd[p + "weight_scale"]
+            g = 1.0 / float(sd[p + "weight_global_scale"])
+            i = sd.get(p + "input_global_scale")
+            i = None if i is None else 1.0 / float(i)
+        elif p + "weight" in sd:
+            w, s, g = sd[p + "weight"], sd[p + "weight_scale"], float(sd[p + "weight_scale_2"])
+            i = sd.get(p + "input_scale")
+            i = None if i is None else float(i)
+        else:
+            raise ValueError(f"no `{p}weight` (ModelOpt) or `{p}weight_packed` (compressed-tensors) in the state dict")
+        return cls(w, s, g, input_scale=i, bias=bias if bias is not None else sd.get(p + "bias"), **kw)
+
+    @classmethod
+    def from_safetensors(cls, path, prefix="", device="cuda", **kw):
+        """From a safetensors file, read by the library's checkpoint readers."""
+        values, scales, n, k, g, i, _conv = _nv._nvfp4.load_linear(str(path), prefix)
+        w = torch.frombuffer(bytearray(values), dtype=torch.uint8).view(n, k // 2).to(device)
+        s = torch.frombuffer(bytearray(scales), dtype=torch.uint8).view(n, k // 16).to(device)
+        return cls(w, s, g, input_scale=i, **kw)
+
+    def forward(self, x):
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        if not x2.is_contiguous():
+            x2 = x2.contiguous()
+        if self.input_scale is not None:
+            q, s, _ = torch.ops.nvfp4.quantize(x2, self.input_scale)
+            alpha = self.input_scale * self.weight_global
+        else:
+            q, s, g = torch.ops.nvfp4.quantize(x2)
+            alpha = float(g.item()) * self.weight_global
+        y = torch.ops.nvfp4.gemm(q, s, self.weight, self.weight_scale, alpha)
+        y = y.reshape(shape[:-1] + (self.out_features,))
+        if self.bias is not None:
+            y = y + self.bias
+        return y.to(self.out_dtype)

@@ -1,0 +1,96 @@
+//! The CUDA side of the binding: one backend per device (its primary context, the one PyTorch
+//! uses), opened on first use, and per (device, stream) a workspace that launches reuse. A
+//! workspace that had to grow is retired, not freed: a captured CUDA graph may still hold its
+//! address, so every workspace lives as long as the process. Each stream also keeps the last
+//! operations it bound, by everything their parameters hold (addresses, shapes, layouts,
+//! alpha): a call with the same tensors launches again without planning and binding.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use nvfp4::backend::cuda::{BoundOp, CudaBackend, StreamHandle, Workspace};
+
+use crate::error::{IntoPy, PyResult};
+
+/// A device's backend and the workspaces of the streams that ran on it.
+struct DeviceState {
+    backend: CudaBackend,
+    pools: Mutex<HashMap<u64, Pool>>,
+}
+
+#[derive(Default)]
+struct Pool {
+    current: Option<Workspace>,
+    retired: Vec<Workspace>,
+    bound: HashMap<Vec<u64>, BoundOp>,
+}
+
+/// Bound operations kept per stream (cleared when full).
+const BOUND_CACHE: usize = 256;
+
+fn state(ordinal: usize) -> PyResult<Arc<DeviceState>> {
+    static STATES: OnceLock<Mutex<HashMap<usize, Arc<DeviceState>>>> = OnceLock::new();
+    let mut map = STATES.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = map.get(&ordinal) {
+        return Ok(s.clone());
+    }
+    let s = Arc::new(DeviceState { backend: CudaBackend::on_device(ordinal).py()?, pools: Mutex::default() });
+    map.insert(ordinal, s.clone());
+    Ok(s)
+}
+
+/// Runs `f` with device `ordinal`'s backend current on this thread (the previous context is
+/// restored after), the workspace of `stream`, and the stream as a launch target.
+pub fn with_device<R>(
+    ordinal: usize,
+    stream: u64,
+    f: impl FnOnce(&CudaBackend, &mut Option<Workspace>, StreamHandle) -> nvfp4::Result<R>,
+) -> PyResult<R> {
+    let st = state(ordinal)?;
+    let _scope = st.backend.enter().py()?;
+    let mut pools = st.pools.lock().unwrap_or_else(|e| e.into_inner());
+    let pool = pools.entry(stream).or_default();
+    let before = pool.current.clone();
+    // SAFETY: `stream` is the caller framework's current stream of device `ordinal`, read by the
+    // Python layer for this call (0: the legacy default stream), alive while this call enqueues.
+    let handle = unsafe { StreamHandle::from_raw(stream) };
+    let r = f(&st.backend, &mut pool.current, handle);
+    if let Some(old) = before {
+        if pool.current.as_ref().map(Workspace::size) != Some(old.size()) {
+            pool.retired.push(old);
+        }
+    }
+    r.py()
+}
+
+/// Launches the operation described by `key` on `stream` of device `ordinal`: the one bound by
+/// an earlier call with the same key, or `bind` now (then kept).
+pub fn launch_cached(
+    ordinal: usize,
+    stream: u64,
+    key: Vec<u64>,
+    bind: impl FnOnce(&CudaBackend, &mut Option<Workspace>) -> nvfp4::Result<BoundOp>,
+) -> PyResult<()> {
+    let st = state(ordinal)?;
+    let _scope = st.backend.enter().py()?;
+    let mut pools = st.pools.lock().unwrap_or_else(|e| e.into_inner());
+    let pool = pools.entry(stream).or_default();
+    // SAFETY: as in `with_device`.
+    let handle = unsafe { StreamHandle::from_raw(stream) };
+    if let Some(op) = pool.bound.get(&key) {
+        return op.launch_on(handle).py();
+    }
+    let before = pool.current.clone();
+    let op = bind(&st.backend, &mut pool.current).py()?;
+    if let Some(old) = before {
+        if pool.current.as_ref().map(Workspace::size) != Some(old.size()) {
+            pool.retired.push(old);
+        }
+    }
+    op.launch_on(handle).py()?;
+    if pool.bound.len() >= BOUND_CACHE {
+        pool.bound.clear();
+    }
+    pool.bound.insert(key, op);
+    Ok(())
+}

@@ -1,0 +1,308 @@
+//! The four operations on tensors from Python: checked operands, then the CPU backend for host
+//! tensors (a copy in, the exact reference, a copy out) or the CUDA backend for device tensors
+//! (zero-copy views, bound and launched on the caller's stream, nothing allocated).
+
+use half::f16;
+use nvfp4::backend::cuda::{DeviceOp, F16View, GemmViews, Nvfp4View};
+use nvfp4::{Backend, CpuBackend, DualGemm, F16Tensor, Gemm, Gemv, GroupedGemm, ScaleLayout};
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use crate::cuda::{launch_cached, with_device};
+use crate::error::{value, IntoPy, PyResult};
+use crate::operand::{check_out, out_view, parse_layout, Operand};
+use crate::tensor::{Device, Tensor};
+
+/// The imports of one call: the first tensor fixes the device; the rest must share it.
+struct Call {
+    device: Option<Device>,
+    stream: u64,
+    layout: Option<ScaleLayout>,
+}
+
+impl Call {
+    fn new(stream: u64, layout: Option<&str>) -> PyResult<Self> {
+        Ok(Self { device: None, stream, layout: parse_layout(layout)? })
+    }
+    fn tensor(&mut self, obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Tensor> {
+        let t = Tensor::import(obj, name, self.device, self.stream)?;
+        self.device.get_or_insert(t.device);
+        Ok(t)
+    }
+    fn operand(&mut self, v: &Bound<'_, PyAny>, s: &Bound<'_, PyAny>, vn: &str, sn: &str) -> PyResult<Operand> {
+        let values = self.tensor(v, vn)?;
+        let scales = self.tensor(s, sn)?;
+        Operand::new(values, scales, self.layout)
+    }
+    fn device(&self) -> Device {
+        self.device.unwrap_or(Device::Cpu)
+    }
+}
+
+fn check_alpha(alpha: Option<f32>) -> PyResult<()> {
+    match alpha {
+        Some(a) if !a.is_finite() => Err(value(format!("alpha must be finite, got {a}"))),
+        _ => Ok(()),
+    }
+}
+
+/// A and B agree on L and K.
+fn check_pair(what: &str, a: &Operand, b: &Operand) -> PyResult<()> {
+    let (x, y) = (&a.meta, &b.meta);
+    if x.l != y.l {
+        return Err(value(format!("{what}: batch counts differ (L = {} vs {})", x.l, y.l)));
+    }
+    if x.k != y.k {
+        return Err(value(format!("{what}: reduction lengths differ (K = {} vs {})", x.k, y.k)));
+    }
+    Ok(())
+}
+
+fn f16_bytes(t: &F16Tensor) -> Vec<u8> {
+    t.data().iter().flat_map(|h: &f16| h.to_bits().to_le_bytes()).collect()
+}
+
+/// What a bound operation's parameters depend on: operation, operand addresses, shapes and
+/// layouts, outputs, alphas.
+fn key(op: u64, operands: &[&Operand], outs: &[&Tensor], alphas: &[Option<f32>]) -> Vec<u64> {
+    let mut k = vec![op];
+    for o in operands {
+        let m = &o.meta;
+        k.extend([
+            o.values.ptr,
+            o.scales.ptr,
+            m.l as u64,
+            m.rows as u64,
+            m.k as u64,
+            (m.layout == ScaleLayout::Blocked) as u64,
+        ]);
+    }
+    for t in outs {
+        k.push(t.ptr);
+        k.extend(t.shape.iter().map(|&d| d as u64));
+    }
+    k.extend(alphas.iter().map(|a| a.map_or(1 << 32, |v| v.to_bits() as u64)));
+    k
+}
+
+/// Runs an operation on the call's CUDA device and stream, without the GIL: bound now, or the
+/// one bound by an earlier call with the same key.
+fn launch<'v>(
+    py: Python<'_>,
+    call: &Call,
+    ordinal: usize,
+    key: Vec<u64>,
+    op: impl FnOnce() -> DeviceOp<'v> + Send,
+) -> PyResult<()> {
+    let stream = call.stream;
+    py.detach(move || launch_cached(ordinal, stream, key, |backend, ws| backend.bind_with(op(), ws)))
+}
+
+#[pyfunction]
+#[pyo3(signature = (a, sfa, b, sfb, out, alpha=None, layout=None, stream=0))]
+#[allow(clippy::too_many_arguments)]
+pub fn gemm(
+    py: Python<'_>,
+    a: &Bound<'_, PyAny>,
+    sfa: &Bound<'_, PyAny>,
+    b: &Bound<'_, PyAny>,
+    sfb: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+    alpha: Option<f32>,
+    layout: Option<&str>,
+    stream: u64,
+) -> PyResult<()> {
+    let mut call = Call::new(stream, layout)?;
+    let a = call.operand(a, sfa, "a", "sfa")?;
+    let b = call.operand(b, sfb, "b", "sfb")?;
+    let out = call.tensor(out, "out")?;
+    check_alpha(alpha)?;
+    check_pair("gemm", &a, &b)?;
+    let shape = [a.meta.l, a.meta.rows, b.meta.rows];
+    check_out(&out, shape, a.flat && b.flat)?;
+    match call.device() {
+        Device::Cpu => {
+            let p = Gemm::new(a.to_host()?, b.to_host()?, alpha).py()?;
+            let c = py.detach(move || CpuBackend.gemm(&p)).py()?;
+            out.write_host(&f16_bytes(&c), 2)
+        }
+        Device::Cuda(d) => {
+            let (av, bv, cv) = (a.view()?, b.view()?, out_view(&out, shape)?);
+            let k = key(1, &[&a, &b], &[&out], &[alpha]);
+            launch(py, &call, d, k, || DeviceOp::Gemm(GemmViews { a: &av, b: &bv, alpha, c: &cv }))
+        }
+    }
+}
+
+#[pyfunction]
+#[pyo3(signature = (a, sfa, b, sfb, out, alpha=None, layout=None, stream=0))]
+#[allow(clippy::too_many_arguments)]
+pub fn gemv(
+    py: Python<'_>,
+    a: &Bound<'_, PyAny>,
+    sfa: &Bound<'_, PyAny>,
+    b: &Bound<'_, PyAny>,
+    sfb: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+    alpha: Option<f32>,
+    layout: Option<&str>,
+    stream: u64,
+) -> PyResult<()> {
+    let mut call = Call::new(stream, layout)?;
+    let a = call.operand(a, sfa, "a", "sfa")?;
+    let b = call.operand(b, sfb, "b", "sfb")?;
+    let out = call.tensor(out, "out")?;
+    check_alpha(alpha)?;
+    check_pair("gemv", &a, &b)?;
+    if b.meta.rows != 1 {
+        return Err(value(format!("gemv: b must have one row per batch, has {}", b.meta.rows)));
+    }
+    if a.meta.layout != b.meta.layout {
+        return Err(value("gemv: a and b must share one scale layout"));
+    }
+    let shape = [a.meta.l, a.meta.rows, 1];
+    check_out(&out, shape, a.flat && b.flat)?;
+    match call.device() {
+        Device::Cpu => {
+            let p = Gemv::new(a.to_host()?, b.to_host()?, alpha).py()?;
+            let c = py.detach(move || CpuBackend.gemv(&p)).py()?;
+            out.write_host(&f16_bytes(&c), 2)
+        }
+        Device::Cuda(d) => {
+            let (av, bv, cv) = (a.view()?, b.view()?, out_view(&out, shape)?);
+            let k = key(2, &[&a, &b], &[&out], &[alpha]);
+            launch(py, &call, d, k, || DeviceOp::Gemv(GemmViews { a: &av, b: &bv, alpha, c: &cv }))
+        }
+    }
+}
+
+#[pyfunction]
+#[pyo3(signature = (a, sfa, b1, sfb1, b2, sfb2, out, alpha=None, layout=None, stream=0))]
+#[allow(clippy::too_many_arguments)]
+pub fn dual_gemm(
+    py: Python<'_>,
+    a: &Bound<'_, PyAny>,
+    sfa: &Bound<'_, PyAny>,
+    b1: &Bound<'_, PyAny>,
+    sfb1: &Bound<'_, PyAny>,
+    b2: &Bound<'_, PyAny>,
+    sfb2: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+    alpha: Option<f32>,
+    layout: Option<&str>,
+    stream: u64,
+) -> PyResult<()> {
+    let mut call = Call::new(stream, layout)?;
+    let a = call.operand(a, sfa, "a", "sfa")?;
+    let b1 = call.operand(b1, sfb1, "b1", "sfb1")?;
+    let b2 = call.operand(b2, sfb2, "b2", "sfb2")?;
+    let out = call.tensor(out, "out")?;
+    check_alpha(alpha)?;
+    check_pair("dual gemm (a, b1)", &a, &b1)?;
+    check_pair("dual gemm (a, b2)", &a, &b2)?;
+    if b1.meta.rows != b2.meta.rows {
+        return Err(value(format!("dual gemm: b1 has N = {}, b2 has N = {}", b1.meta.rows, b2.meta.rows)));
+    }
+    let shape = [a.meta.l, a.meta.rows, b1.meta.rows];
+    check_out(&out, shape, a.flat && b1.flat && b2.flat)?;
+    match call.device() {
+        Device::Cpu => {
+            let p = DualGemm::new(a.to_host()?, b1.to_host()?, b2.to_host()?, alpha).py()?;
+            let c = py.detach(move || CpuBackend.dual_gemm(&p)).py()?;
+            out.write_host(&f16_bytes(&c), 2)
+        }
+        Device::Cuda(d) => {
+            let (av, b1v, b2v, cv) = (a.view()?, b1.view()?, b2.view()?, out_view(&out, shape)?);
+            let k = key(3, &[&a, &b1, &b2], &[&out], &[alpha]);
+            launch(py, &call, d, k, || DeviceOp::DualGemm { a: &av, b1: &b1v, b2: &b2v, alpha, c: &cv })
+        }
+    }
+}
+
+/// Per-group alphas: none, one for all, or a list of one per group.
+fn group_alphas(alpha: Option<&Bound<'_, PyAny>>, g: usize) -> PyResult<Vec<Option<f32>>> {
+    let Some(alpha) = alpha.filter(|a| !a.is_none()) else {
+        return Ok(vec![None; g]);
+    };
+    let list: Vec<Option<f32>> = if let Ok(x) = alpha.extract::<f32>() {
+        vec![Some(x); g]
+    } else {
+        let v: Vec<f32> = alpha
+            .extract()
+            .map_err(|_| crate::error::kind("alpha must be a float or a list of floats, one per group"))?;
+        if v.len() != g {
+            return Err(value(format!("alpha: {} values for {g} groups", v.len())));
+        }
+        v.into_iter().map(Some).collect()
+    };
+    for a in &list {
+        check_alpha(*a)?;
+    }
+    Ok(list)
+}
+
+#[pyfunction]
+#[pyo3(signature = (groups, outs, alpha=None, layout=None, stream=0))]
+pub fn grouped_gemm(
+    py: Python<'_>,
+    groups: &Bound<'_, PyList>,
+    outs: &Bound<'_, PyList>,
+    alpha: Option<&Bound<'_, PyAny>>,
+    layout: Option<&str>,
+    stream: u64,
+) -> PyResult<()> {
+    let g = groups.len();
+    if g == 0 {
+        return Err(value("grouped gemm: no groups"));
+    }
+    if outs.len() != g {
+        return Err(value(format!("grouped gemm: {g} groups but {} outputs", outs.len())));
+    }
+    let alphas = group_alphas(alpha, g)?;
+    let mut call = Call::new(stream, layout)?;
+    let mut ops = Vec::with_capacity(g);
+    for (i, item) in groups.iter().enumerate() {
+        let t: (Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>) =
+            item.extract().map_err(|_| crate::error::kind(format!("groups[{i}] must be a tuple (a, sfa, b, sfb)")))?;
+        let a = call.operand(&t.0, &t.1, &format!("groups[{i}].a"), &format!("groups[{i}].sfa"))?;
+        let b = call.operand(&t.2, &t.3, &format!("groups[{i}].b"), &format!("groups[{i}].sfb"))?;
+        let out = call.tensor(&outs.get_item(i)?, &format!("outs[{i}]"))?;
+        check_pair(&format!("grouped gemm, group {i}"), &a, &b)?;
+        if a.meta.l != 1 {
+            return Err(value(format!("grouped gemm: group {i} has L = {}, groups must have L = 1", a.meta.l)));
+        }
+        let shape = [1, a.meta.rows, b.meta.rows];
+        check_out(&out, shape, a.flat && b.flat)?;
+        ops.push((a, b, out, shape));
+    }
+    match call.device() {
+        Device::Cpu => {
+            let mut gemms = Vec::with_capacity(g);
+            for ((a, b, _, _), al) in ops.iter().zip(&alphas) {
+                gemms.push(Gemm::new(a.to_host()?, b.to_host()?, *al).py()?);
+            }
+            let p = GroupedGemm::new(gemms).py()?;
+            let cs = py.detach(move || CpuBackend.grouped_gemm(&p)).py()?;
+            for ((_, _, out, _), c) in ops.iter().zip(&cs) {
+                out.write_host(&f16_bytes(c), 2)?;
+            }
+            Ok(())
+        }
+        Device::Cuda(d) => {
+            let mut views: Vec<(Nvfp4View, Nvfp4View, F16View)> = Vec::with_capacity(g);
+            for (a, b, out, shape) in &ops {
+                views.push((a.view()?, b.view()?, out_view(out, *shape)?));
+            }
+            let views = &views;
+            let alphas = &alphas;
+            let stream = call.stream;
+            py.detach(move || {
+                with_device(d, stream, |backend, ws, handle| {
+                    let gv: Vec<GemmViews<'_>> =
+                        views.iter().zip(alphas).map(|((a, b, c), al)| GemmViews { a, b, alpha: *al, c }).collect();
+                    backend.bind_with(DeviceOp::GroupedGemm(&gv), ws)?.launch_on(handle)
+                })
+            })
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! `quantize`: dense f32/f16/bf16 to NVFP4 in the ModelOpt convention, on the CPU (the library's
+//! quantizer) or the GPU (the quantizer kernels on the caller's stream), into caller-owned
+//! values, scales and global scale.
+
+use half::{bf16, f16};
+use nvfp4::backend::cuda::{DenseType, DenseView, GlobalSource, ScalarView};
+use nvfp4::format::{quantize as cpu_quantize, GlobalScale};
+use nvfp4::ScaleLayout;
+use pyo3::prelude::*;
+
+use crate::cuda::with_device;
+use crate::error::{kind, value, IntoPy, PyResult};
+use crate::operand::{parse_layout, Operand};
+use crate::tensor::{Device, Dtype, Tensor};
+
+fn dense_type(t: &Tensor) -> PyResult<DenseType> {
+    match t.dtype {
+        Dtype::F32 => Ok(DenseType::F32),
+        Dtype::F16 => Ok(DenseType::F16),
+        Dtype::Bf16 => Ok(DenseType::Bf16),
+        d => Err(value(format!("{}: quantize takes float32, float16 or bfloat16, got {d}", t.name))),
+    }
+}
+
+/// A one-element f32 tensor.
+fn check_scalar(t: &Tensor) -> PyResult<()> {
+    if t.dtype != Dtype::F32 || t.numel() != 1 {
+        return Err(value(format!("{}: must be one float32, got {} of shape {:?}", t.name, t.dtype, t.shape)));
+    }
+    Ok(())
+}
+
+/// The host input as f32 (exact widening).
+fn host_f32(x: &Tensor, ty: DenseType) -> PyResult<Vec<f32>> {
+    let b = x.host_bytes(ty.size())?;
+    Ok(match ty {
+        DenseType::F32 => b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+        DenseType::F16 => b.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        DenseType::Bf16 => b.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+    })
+}
+
+#[pyfunction]
+#[pyo3(signature = (x, values, scales, global_out, global_scale=None, layout="plain", stream=0))]
+#[allow(clippy::too_many_arguments)]
+pub fn quantize(
+    py: Python<'_>,
+    x: &Bound<'_, PyAny>,
+    values: &Bound<'_, PyAny>,
+    scales: &Bound<'_, PyAny>,
+    global_out: &Bound<'_, PyAny>,
+    global_scale: Option<&Bound<'_, PyAny>>,
+    layout: &str,
+    stream: u64,
+) -> PyResult<()> {
+    let layout = parse_layout(Some(layout))?.unwrap_or(ScaleLayout::Plain);
+    let x = Tensor::import(x, "x", None, stream)?;
+    let device = Some(x.device);
+    let ty = dense_type(&x)?;
+    let (l, rows, k) = match x.shape[..] {
+        [rows, k] => (1, rows, k),
+        [l, rows, k] => (l, rows, k),
+        _ => return Err(value(format!("x: must be [rows, K] or [L, rows, K], got shape {:?}", x.shape))),
+    };
+    if l == 0 || rows == 0 || k == 0 {
+        return Err(value(format!("x: shape {:?} has a zero dimension", x.shape)));
+    }
+    if !k.is_multiple_of(16) {
+        return Err(crate::error::to_py(nvfp4::Error::KNotMultipleOf16 { k }));
+    }
+    let v = Tensor::import(values, "values", device, stream)?;
+    let s = Tensor::import(scales, "scales", device, stream)?;
+    let g_out = Tensor::import(global_out, "global_out", device, stream)?;
+    check_scalar(&g_out)?;
+    g_out.writable()?;
+    let out = Operand::new(v, s, Some(layout))?;
+    let want = (l, rows, k);
+    if (out.meta.l, out.meta.rows, out.meta.k) != want {
+        return Err(value(format!(
+            "values: [L, rows, K] = {:?} does not match x's {want:?}",
+            (out.meta.l, out.meta.rows, out.meta.k)
+        )));
+    }
+    out.values.writable()?;
+    out.scales.writable()?;
+    // The global scale: None (ModelOpt, from x's amax), a float, or a one-float tensor.
+    let given: Option<Result<f32, Tensor>> = match global_scale.filter(|g| !g.is_none()) {
+        None => None,
+        Some(g) => match g.extract::<f32>() {
+            Ok(v) => Some(Ok(v)),
+            Err(_) if g.hasattr("__dlpack__")? => {
+                let t = Tensor::import(g, "global_scale", device, stream)?;
+                check_scalar(&t)?;
+                Some(Err(t))
+            }
+            Err(_) => return Err(kind("global_scale must be None, a float or a one-element float32 tensor")),
+        },
+    };
+    if let Some(Ok(g)) = given {
+        if !(g.is_finite() && g > 0.0) {
+            return Err(value(format!("global scale must be finite and > 0, got {g}")));
+        }
+    }
+    match x.device {
+        Device::Cpu => {
+            let data = host_f32(&x, ty)?;
+            let global = match &given {
+                None => GlobalScale::Auto,
+                Some(Ok(g)) => GlobalScale::Fixed(*g),
+                Some(Err(t)) => {
+                    let b = t.host_bytes(4)?;
+                    GlobalScale::Fixed(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                }
+            };
+            let q = py.detach(move || cpu_quantize(&data, l, rows, k, global)).py()?.into_layout(layout);
+            out.values.write_host(q.values(), 1)?;
+            out.scales.write_host(q.scales(), 1)?;
+            g_out.write_host(&q.global_scale().to_le_bytes(), 4)
+        }
+        Device::Cuda(d) => {
+            // SAFETY: CUDA tensors of the call's device, dense, of the checked sizes and dtypes,
+            // kept alive by the caller's framework while the kernels enqueued on its current
+            // stream run.
+            let (dense, gout, gin) = unsafe {
+                (
+                    DenseView::from_raw(x.ptr, ty, [l, rows, k]).py()?,
+                    ScalarView::from_raw(g_out.ptr).py()?,
+                    match &given {
+                        Some(Err(t)) => Some(ScalarView::from_raw(t.ptr).py()?),
+                        _ => None,
+                    },
+                )
+            };
+            let ov = out.view()?;
+            let source = match (&given, &gin) {
+                (Some(Ok(g)), _) => GlobalSource::Value(*g),
+                (_, Some(s)) => GlobalSource::Device(s),
+                _ => GlobalSource::Auto,
+            };
+            py.detach(move || {
+                with_device(d, stream, |backend, ws, handle| {
+                    backend.quantize_on(&dense, &ov, source, &gout, ws, handle)
+                })
+            })
+        }
+    }
+}

@@ -1,0 +1,69 @@
+"""NumPy reference for the tests: decode NVFP4 exactly, multiply in float64, round once."""
+
+import numpy as np
+
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], dtype=np.float64)
+
+
+def e4m3_table():
+    t = np.zeros(256)
+    for c in range(256):
+        e, m = (c >> 3) & 15, c & 7
+        if e == 15 and m == 7:
+            v = np.nan
+        elif e == 0:
+            v = m / 8 * 2.0**-6
+        else:
+            v = (1 + m / 8) * 2.0 ** (e - 7)
+        t[c] = -v if c & 0x80 else v
+    return t
+
+
+E4M3 = e4m3_table()
+CODE = {0.0: 0x00, 0.5: 0x30, 1.0: 0x38, 2.0: 0x40, 3.0: 0x44}
+
+
+def decode(values, scales):
+    """[.., rows, K/2] u8 + plain [.., rows, K/16] -> float64 [.., rows, K]."""
+    v = np.asarray(values, dtype=np.uint8)
+    codes = np.stack([v & 15, v >> 4], axis=-1).reshape(v.shape[:-1] + (v.shape[-1] * 2,))
+    x = E2M1[codes]
+    s = np.repeat(E4M3[np.asarray(scales, dtype=np.uint8)], 16, axis=-1)
+    return x * s
+
+
+def to_blocked(plain):
+    """Plain scales [L, rows, K/16] -> blocked [L, R, C, 512] (padding zero), SPEC §2."""
+    l, rows, cols = plain.shape
+    r, c = -(-rows // 128), -(-cols // 4)
+    out = np.zeros(l * r * c * 512, dtype=np.uint8)
+    i, j = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    for b in range(l):
+        off = b * r * c * 512 + (i // 128) * c * 512 + (j // 4) * 512 + (i % 32) * 16 + ((i % 128) // 32) * 4 + j % 4
+        out[off.ravel()] = plain[b].ravel()
+    return out.reshape(l, r, c, 512)
+
+
+def gemm_ref(a, sfa, b, sfb, alpha=1.0):
+    da, db = decode(a, sfa), decode(b, sfb)
+    return (np.matmul(da, np.swapaxes(db, -1, -2)) * alpha).astype(np.float16)
+
+
+def dual_ref(a, sfa, b1, sfb1, b2, sfb2, alpha=1.0):
+    da = decode(a, sfa)
+    x1 = np.matmul(da, np.swapaxes(decode(b1, sfb1), -1, -2)).astype(np.float32) * np.float32(alpha)
+    x2 = np.matmul(da, np.swapaxes(decode(b2, sfb2), -1, -2)).astype(np.float32) * np.float32(alpha)
+    return (x1 / (1 + np.exp(-x1.astype(np.float64))) * x2).astype(np.float16)
+
+
+def operand(rng, l, rows, k, scale_values=(0.0, 1.0, 2.0, 3.0), byte_max=256):
+    """GEMM-generator data (SPEC §5): every byte, scales from a small set: exact sums."""
+    values = rng.integers(0, byte_max, size=(l, rows, k // 2), dtype=np.uint8)
+    codes = np.array([CODE[s] for s in scale_values], dtype=np.uint8)
+    scales = codes[rng.integers(0, len(codes), size=(l, rows, k // 16))]
+    return values, scales
+
+
+def within_tolerance(got, ref):
+    got, ref = got.astype(np.float64), ref.astype(np.float64)
+    return bool(np.all((np.abs(got - ref) <= 1e-3 + 1e-3 * np.abs(ref)) | (np.isnan(got) & np.isnan(ref))))

@@ -1,0 +1,208 @@
+"""CPU suite of the Python package: NumPy arrays through DLPack on the CPU backend, every
+operation against a NumPy float64 reference (bit-identical where SPEC §4 says so), and every
+error the binding reports. Needs neither a GPU nor torch."""
+
+import numpy as np
+import pytest
+
+import nvfp4
+from reference import decode, dual_ref, gemm_ref, operand, to_blocked, within_tolerance
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(7)
+
+
+def poisoned(shape):
+    return np.full(shape, np.nan, dtype=np.float16)
+
+
+@pytest.mark.parametrize("m,n,k,l", [(1, 1, 16, 1), (40, 72, 256, 1), (128, 96, 512, 2), (7, 130, 48, 3)])
+def test_gemm_bit_identical(rng, m, n, k, l):
+    a, sfa = operand(rng, l, m, k)
+    b, sfb = operand(rng, l, n, k)
+    out = poisoned((l, m, n))
+    got = nvfp4.gemm(a, sfa, b, sfb, out=out)
+    assert got is out
+    np.testing.assert_array_equal(got.view(np.uint16), gemm_ref(a, sfa, b, sfb).view(np.uint16))
+
+
+def test_gemm_2d_alpha_and_blocked(rng):
+    a, sfa = operand(rng, 1, 130, 320)
+    b, sfb = operand(rng, 1, 33, 320)
+    ref = gemm_ref(a[0], sfa[0], b[0], sfb[0], alpha=0.25)
+    got = nvfp4.gemm(a[0], sfa[0], b[0], sfb[0], alpha=0.25)
+    assert got.shape == (130, 33) and got.dtype == np.float16
+    np.testing.assert_array_equal(got.view(np.uint16), ref.view(np.uint16))
+    blk = nvfp4.gemm(a, to_blocked(sfa), b, to_blocked(sfb), alpha=0.25)
+    np.testing.assert_array_equal(blk[0].view(np.uint16), ref.view(np.uint16))
+    flat = nvfp4.gemm(a, to_blocked(sfa).ravel(), b, sfb, alpha=0.25, layout=None)
+    np.testing.assert_array_equal(flat[0].view(np.uint16), ref.view(np.uint16))
+
+
+def test_gemv_bit_identical(rng):
+    l, m, k = 2, 300, 1024
+    a, sfa = operand(rng, l, m, k, (0.0, 1.0, 2.0), byte_max=4)
+    b, sfb = operand(rng, l, 1, k, (0.0, 1.0, 2.0), byte_max=4)
+    got = nvfp4.gemv(a, sfa, b, sfb, out=poisoned((l, m, 1)))
+    np.testing.assert_array_equal(got.view(np.uint16), gemm_ref(a, sfa, b, sfb).view(np.uint16))
+    blk = nvfp4.gemv(a, to_blocked(sfa), b, to_blocked(sfb))
+    np.testing.assert_array_equal(blk.view(np.uint16), got.view(np.uint16))
+
+
+def test_dual_gemm_tolerance(rng):
+    l, m, n, k = 1, 64, 48, 256
+    a, sfa = operand(rng, l, m, k, (0.5, 1.0))
+    b1, sfb1 = operand(rng, l, n, k, (0.5, 1.0))
+    b2, sfb2 = operand(rng, l, n, k, (0.5, 1.0))
+    a &= 0xBB
+    b1 &= 0xBB
+    b2 &= 0xBB
+    got = nvfp4.dual_gemm(a, sfa, b1, sfb1, b2, sfb2, alpha=0.5, out=poisoned((l, m, n)))
+    assert within_tolerance(got, dual_ref(a, sfa, b1, sfb1, b2, sfb2, alpha=0.5))
+
+
+def test_grouped_gemm_bit_identical(rng):
+    shapes = [(40, 128, 256), (56, 384, 64), (384, 256, 128)]
+    groups, refs = [], []
+    for m, n, k in shapes:
+        a, sfa = operand(rng, 1, m, k, (1.0, 2.0))
+        b, sfb = operand(rng, 1, n, k, (1.0, 2.0))
+        groups.append((a[0], sfa[0], b[0], sfb[0]))
+        refs.append(gemm_ref(a[0], sfa[0], b[0], sfb[0], alpha=2.0))
+    outs = nvfp4.grouped_gemm(groups, alpha=[2.0, 2.0, 2.0], out=[poisoned((m, n)) for m, n, _ in shapes])
+    for got, ref in zip(outs, refs):
+        np.testing.assert_array_equal(got.view(np.uint16), ref.view(np.uint16))
+    again = nvfp4.grouped_gemm(groups, alpha=2.0)
+    for got, ref in zip(again, refs):
+        np.testing.assert_array_equal(got.view(np.uint16), ref.view(np.uint16))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_quantize_modelopt(rng, dtype):
+    x = (rng.standard_normal((96, 256)) * 3).astype(dtype)
+    values, scales, g = nvfp4.quantize(x)
+    amax = np.abs(x.astype(np.float32)).max()
+    assert g.dtype == np.float32 and g.shape == (1,)
+    assert g[0] == np.float32(amax) / np.float32(2688.0)
+    assert values.shape == (96, 128) and scales.shape == (96, 16)
+    back = decode(values, scales) * np.float64(g[0])
+    err = np.abs(back - x.astype(np.float64))
+    # Half the largest E2M1 step (2) at the block's scale (about amax / 6, within E4M3's 1/16).
+    blocks = np.abs(x.astype(np.float64)).reshape(96, 16, 16).max(-1, keepdims=True)
+    assert np.all(err.reshape(96, 16, 16) <= blocks / 6 * 1.07)
+    v2, s2, g2 = nvfp4.quantize(x, layout="blocked")
+    np.testing.assert_array_equal(v2, values)
+    np.testing.assert_array_equal(s2.reshape(1, 1, 4, 512), to_blocked(scales[None]))
+    assert g2[0] == g[0]
+    v3, s3, g3 = nvfp4.quantize(x, global_scale=0.5)
+    assert g3[0] == 0.5
+    v4, s4, _ = nvfp4.quantize(x, global_scale=np.array([0.5], dtype=np.float32))
+    np.testing.assert_array_equal(v4, v3)
+    np.testing.assert_array_equal(s4, s3)
+
+
+def test_quantize_then_gemm_matches_dequantized(rng):
+    x = rng.standard_normal((32, 128)).astype(np.float32)
+    w = rng.standard_normal((16, 128)).astype(np.float32)
+    xa, xs, xg = nvfp4.quantize(x)
+    wa, ws, wg = nvfp4.quantize(w)
+    alpha = float(xg[0] * wg[0])
+    got = nvfp4.gemm(xa, xs, wa, ws, alpha=alpha)
+    ref = (decode(xa, xs) @ decode(wa, ws).T * np.float64(np.float32(alpha))).astype(np.float16)
+    assert within_tolerance(got, ref)
+
+
+# ---- errors -------------------------------------------------------------------------------------
+
+
+def small(rng, rows=8, k=64):
+    a, s = operand(rng, 1, rows, k)
+    return a[0], s[0]
+
+
+def test_error_not_a_tensor(rng):
+    a, sfa = small(rng)
+    with pytest.raises(TypeError):
+        nvfp4.gemm([[1, 2]], sfa, a, sfa)
+    with pytest.raises(TypeError):
+        nvfp4.gemm(a, sfa, a, sfa, out=[0.0])
+    with pytest.raises(TypeError):
+        nvfp4.grouped_gemm([(a, sfa)])
+    with pytest.raises(TypeError):
+        nvfp4.quantize("x")
+
+
+def test_error_dtypes(rng):
+    a, sfa = small(rng)
+    with pytest.raises(ValueError, match="uint8"):
+        nvfp4.gemm(a.astype(np.float16), sfa, a, sfa)
+    with pytest.raises(ValueError, match="scales"):
+        nvfp4.gemm(a, sfa.astype(np.int32), a, sfa)
+    with pytest.raises(ValueError, match="float16"):
+        nvfp4.gemm(a, sfa, a, sfa, out=np.zeros((8, 8), np.float32))
+    with pytest.raises(ValueError, match="bfloat16"):
+        nvfp4.gemm(a, sfa, a, sfa, out_dtype="bfloat16")
+    with pytest.raises(ValueError, match="float32, float16 or bfloat16"):
+        nvfp4.quantize(np.zeros((4, 32), np.int32))
+
+
+def test_error_shapes(rng):
+    a, sfa = small(rng)
+    b, sfb = small(rng, 8, 128)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        nvfp4.gemm(a[:, :4].copy(), sfa[:, :1].copy(), a[:, :4].copy(), sfa[:, :1].copy())
+    with pytest.raises(ValueError, match="reduction lengths"):
+        nvfp4.gemm(a, sfa, b, sfb)
+    with pytest.raises(ValueError, match="scales"):
+        nvfp4.gemm(a, sfa[:, :2].copy(), a, sfa)
+    with pytest.raises(ValueError, match="shape"):
+        nvfp4.gemm(a, sfa, a, sfa, out=np.zeros((8, 9), np.float16))
+    with pytest.raises(ValueError, match="one row"):
+        nvfp4.gemv(a, sfa, a, sfa)
+    with pytest.raises(ValueError, match="N ="):
+        nvfp4.dual_gemm(a, sfa, a, sfa, a[:4].copy(), sfa[:4].copy())
+    with pytest.raises(ValueError, match="L = 1"):
+        nvfp4.grouped_gemm([(a[None].repeat(2, 0), sfa[None].repeat(2, 0), a[None].repeat(2, 0), sfa[None].repeat(2, 0))])
+    with pytest.raises(ValueError, match="no groups"):
+        nvfp4.grouped_gemm([])
+    with pytest.raises(ValueError, match="1 values for 2 groups"):
+        nvfp4.grouped_gemm([(a, sfa, a, sfa)] * 2, alpha=[1.0])
+    with pytest.raises(ValueError, match="packed values"):
+        nvfp4.gemm(a.ravel(), sfa, a, sfa)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        nvfp4.quantize(np.zeros((4, 40), np.float32))
+
+
+def test_error_layout_alpha_and_offsets(rng):
+    a, sfa = small(rng)
+    with pytest.raises(ValueError, match="layout"):
+        nvfp4.gemm(a, sfa, a, sfa, layout="tiled")
+    with pytest.raises(ValueError, match="blocked"):
+        nvfp4.gemm(a, sfa, a, sfa, layout="blocked")
+    with pytest.raises(ValueError, match="alpha"):
+        nvfp4.gemm(a, sfa, a, sfa, alpha=float("inf"))
+    with pytest.raises(ValueError, match="global scale"):
+        nvfp4.quantize(np.ones((4, 32), np.float32), global_scale=-1.0)
+    with pytest.raises(ValueError, match="offsets"):
+        nvfp4.grouped_gemm([(a, sfa, a, sfa)], offsets=[0, 8])
+
+
+def test_error_strides_and_read_only(rng):
+    a, sfa = operand(rng, 1, 8, 128)
+    a, sfa = a[0], sfa[0]
+    with pytest.raises(ValueError, match="contiguous"):
+        nvfp4.gemm(a[:, ::2], sfa[:, ::2], a[:, ::2], sfa[:, ::2])
+    out = np.zeros((8, 8), np.float16)
+    out.flags.writeable = False
+    with pytest.raises((ValueError, BufferError)):
+        nvfp4.gemm(a, sfa, a, sfa, out=out)
+    # A transposed (column-major) output is refused, not written wrongly.
+    with pytest.raises(ValueError, match="contiguous"):
+        nvfp4.gemm(a, sfa, a[:4].copy(), sfa[:4].copy(), out=np.zeros((4, 8), np.float16).T)
+
+
+def test_version_and_cuda_flag():
+    assert isinstance(nvfp4.__version__, str)
+    assert nvfp4.cuda_available() in (True, False)

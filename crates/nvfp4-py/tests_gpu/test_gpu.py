@@ -1,0 +1,262 @@
+"""GPU suite of the Python package (torch on a CUDA machine): every operation against a float64
+torch dequantize-and-matmul reference (bit-identical where SPEC §4 says so), the GPU quantizer
+bit-identical to the CPU one, torch.compile, CUDA graph capture, two streams, Linear against its
+dequantized twin, and the errors only a GPU can show."""
+
+import pytest
+import torch
+
+import nvfp4
+import nvfp4.torch as nvt
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+DEV = "cuda"
+E4M3 = {0.0: 0x00, 0.5: 0x30, 1.0: 0x38, 2.0: 0x40, 3.0: 0x44}
+
+
+def operand(g, l, rows, k, scales=(0.0, 1.0, 2.0, 3.0), byte_max=256, mask=0xFF):
+    v = (torch.randint(0, byte_max, (l, rows, k // 2), generator=g, dtype=torch.int32) & mask).to(torch.uint8)
+    codes = torch.tensor([E4M3[s] for s in scales], dtype=torch.uint8)
+    s = codes[torch.randint(0, len(codes), (l, rows, k // 16), generator=g)]
+    return v.to(DEV), s.view(torch.float8_e4m3fn).to(DEV)
+
+
+def deq(v, s):
+    return nvt.dequantize(v, s, dtype=torch.float64)
+
+
+def ref_gemm(a, sfa, b, sfb, alpha=1.0):
+    return (deq(a, sfa) @ deq(b, sfb).transpose(-1, -2) * alpha).to(torch.float16)
+
+
+def to_blocked(plain):
+    l, rows, cols = plain.shape
+    r, c = -(-rows // 128), -(-cols // 4)
+    out = torch.zeros(l * r * c * 512, dtype=torch.uint8, device=plain.device)
+    i = torch.arange(rows, device=plain.device)[:, None]
+    j = torch.arange(cols, device=plain.device)[None, :]
+    for b in range(l):
+        off = b * r * c * 512 + (i // 128) * c * 512 + (j // 4) * 512 + (i % 32) * 16 + ((i % 128) // 32) * 4 + j % 4
+        out[off.reshape(-1)] = plain[b].view(torch.uint8).reshape(-1)
+    return out.view(l, r, c, 512).view(torch.float8_e4m3fn)
+
+
+def close(got, ref):
+    got, ref = got.double(), ref.double()
+    ok = ((got - ref).abs() <= 1e-3 + 1e-3 * ref.abs()) | (got.isnan() & ref.isnan())
+    return bool(ok.all())
+
+
+def bits(t):
+    return t.view(torch.int16)
+
+
+def poison(shape):
+    return torch.full(shape, float("nan"), dtype=torch.float16, device=DEV)
+
+
+@pytest.fixture
+def g():
+    return torch.Generator().manual_seed(11)
+
+
+@pytest.mark.parametrize(
+    "m,n,k,l", [(128, 256, 256, 1), (128, 1536, 7168, 1), (256, 7168, 2048, 1), (40, 72, 512, 2), (7, 9, 48, 1)]
+)
+def test_gemm_bit_identical(g, m, n, k, l):
+    a, sfa = operand(g, l, m, k)
+    b, sfb = operand(g, l, n, k)
+    ref = ref_gemm(a, sfa, b, sfb)
+    got = nvfp4.gemm(a, sfa, b, sfb, out=poison((l, m, n)))
+    assert torch.equal(bits(got), bits(ref))
+    blk = nvfp4.gemm(a, to_blocked(sfa), b, to_blocked(sfb))
+    assert torch.equal(bits(blk), bits(ref))
+    # uint8 views and float4_e2m1fn_x2 values are the same bytes.
+    f4 = nvfp4.gemm(a.view(torch.float4_e2m1fn_x2), sfa.view(torch.uint8), b, sfb)
+    assert torch.equal(bits(f4), bits(ref))
+
+
+@pytest.mark.parametrize("m,k,l", [(128, 1536, 1), (512, 4096, 2), (7, 48, 3)])
+def test_gemv_bit_identical(g, m, k, l):
+    a, sfa = operand(g, l, m, k, (0.0, 1.0, 2.0), byte_max=4)
+    b, sfb = operand(g, l, 1, k, (0.0, 1.0, 2.0), byte_max=4)
+    got = nvfp4.gemv(a, sfa, b, sfb, out=poison((l, m, 1)))
+    assert torch.equal(bits(got), bits(ref_gemm(a, sfa, b, sfb)))
+
+
+@pytest.mark.parametrize("m,n,k", [(256, 512, 256), (512, 768, 7168), (100, 40, 160)])
+def test_dual_gemm_tolerance(g, m, n, k):
+    a, sfa = operand(g, 1, m, k, (0.5, 1.0), mask=0xBB)
+    b1, sfb1 = operand(g, 1, n, k, (0.5, 1.0), mask=0xBB)
+    b2, sfb2 = operand(g, 1, n, k, (0.5, 1.0), mask=0xBB)
+    x1 = (deq(a, sfa) @ deq(b1, sfb1).transpose(-1, -2)).float()
+    x2 = (deq(a, sfa) @ deq(b2, sfb2).transpose(-1, -2)).float()
+    ref = (x1.double() / (1 + torch.exp(-x1.double())) * x2.double()).to(torch.float16)
+    got = nvfp4.dual_gemm(a, sfa, b1, sfb1, b2, sfb2, out=poison((1, m, n)))
+    assert close(got, ref)
+
+
+def test_grouped_gemm_bit_identical(g):
+    shapes = [(40, 512, 256), (56, 384, 256), (384, 256, 512), (512, 128, 256)]
+    groups, refs = [], []
+    for m, n, k in shapes:
+        a, sfa = operand(g, 1, m, k, (1.0, 2.0), mask=0xBB)
+        b, sfb = operand(g, 1, n, k, (1.0, 2.0), mask=0xBB)
+        groups.append((a[0], sfa[0], b[0], sfb[0]))
+        refs.append(ref_gemm(a[0], sfa[0], b[0], sfb[0], alpha=0.5))
+    outs = nvfp4.grouped_gemm(groups, alpha=0.5, out=[poison((m, n)) for m, n, _ in shapes])
+    for got, ref in zip(outs, refs):
+        assert torch.equal(bits(got), bits(ref))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["plain", "blocked"])
+def test_quantize_bit_identical_to_cpu(dtype, layout):
+    torch.manual_seed(3)
+    x = torch.randn(300, 512) * torch.logspace(-6, 4, 512)[None, :]
+    x[0, :16] = 0.0
+    x[1, :32] = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25] * 4)  # E2M1 ties
+    x[2, 5] = float("nan")
+    x[3, :16] = -0.0
+    x = x.to(dtype)
+    for gs in (None, 0.37, torch.tensor([0.37], device=DEV)):
+        gv, gsc, gg = nvfp4.quantize(x.to(DEV), gs, layout)
+        cv, csc, cg = nvfp4.quantize(x, gs.cpu() if torch.is_tensor(gs) else gs, layout)
+        torch.cuda.synchronize()
+        assert torch.equal(gv.cpu(), cv), (dtype, layout, gs)
+        assert torch.equal(gsc.view(torch.uint8).cpu(), csc.view(torch.uint8)), (dtype, layout, gs)
+        assert torch.equal(gg.cpu(), cg), (dtype, layout, gs)
+    # An input with an infinity: the global scale is 1 (as on the CPU).
+    y = torch.randn(4, 64, dtype=dtype)
+    y[1, 3] = float("inf")
+    gv, gsc, gg = nvfp4.quantize(y.to(DEV))
+    cv, csc, cg = nvfp4.quantize(y)
+    assert torch.equal(gv.cpu(), cv) and torch.equal(gsc.view(torch.uint8).cpu(), csc.view(torch.uint8))
+    assert gg.item() == cg.item() == 1.0
+
+
+def test_torch_compile(g):
+    a, sfa = operand(g, 1, 128, 256)
+    b, sfb = operand(g, 1, 256, 256)
+
+    def f(x, w, ws):
+        q, s, gx = torch.ops.nvfp4.quantize(x, 0.01)
+        return torch.ops.nvfp4.gemm(q, s, w, ws, 0.5) * 2
+
+    x = torch.randn(64, 256, device=DEV, dtype=torch.bfloat16)
+    eager = f(x, b[0], sfb[0])
+    compiled = torch.compile(f, fullgraph=True)(x, b[0], sfb[0])
+    assert torch.equal(bits(eager), bits(compiled))
+    cg = torch.compile(lambda *t: torch.ops.nvfp4.gemm(*t), fullgraph=True)
+    assert torch.equal(bits(cg(a, sfa, b, sfb, None)), bits(ref_gemm(a, sfa, b, sfb)))
+
+
+def test_cuda_graph_capture(g):
+    a, sfa = operand(g, 1, 128, 512)
+    b, sfb = operand(g, 1, 384, 512)
+    x = torch.randn(128, 512, device=DEV, dtype=torch.bfloat16)
+    out = torch.empty(1, 128, 384, dtype=torch.float16, device=DEV)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up: kernels compiled and workspaces made outside capture
+        for _ in range(2):
+            nvfp4.gemm(a, sfa, b, sfb, out=out)
+            nvfp4.quantize(x, 0.02)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        nvfp4.gemm(a, sfa, b, sfb, out=out)
+        qv, qs, qg = nvfp4.quantize(x, 0.02)
+    for _ in range(2):
+        a2, sfa2 = operand(g, 1, 128, 512)
+        a.copy_(a2)
+        sfa.copy_(sfa2)
+        x.copy_(torch.randn_like(x))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(bits(out), bits(ref_gemm(a, sfa, b, sfb)))
+        cv, cs, _ = nvfp4.quantize(x.cpu(), 0.02)
+        assert torch.equal(qv.cpu(), cv) and torch.equal(qs.view(torch.uint8).cpu(), cs.view(torch.uint8))
+
+
+def test_two_streams(g):
+    ops = []
+    for _ in range(2):
+        a, sfa = operand(g, 1, 256, 2048)
+        b, sfb = operand(g, 1, 512, 2048)
+        ops.append((a, sfa, b, sfb, torch.cuda.Stream()))
+    outs = []
+    for a, sfa, b, sfb, s in ops:
+        s.wait_stream(torch.cuda.current_stream())
+    for _ in range(20):
+        outs = []
+        for a, sfa, b, sfb, s in ops:
+            with torch.cuda.stream(s):
+                outs.append(nvfp4.gemm(a, sfa, b, sfb))
+    torch.cuda.synchronize()
+    for (a, sfa, b, sfb, _), o in zip(ops, outs):
+        assert torch.equal(bits(o), bits(ref_gemm(a, sfa, b, sfb)))
+
+
+@pytest.mark.parametrize("convention", ["modelopt", "compressed-tensors"])
+def test_linear_matches_dequantized_twin(convention):
+    torch.manual_seed(5)
+    n, k = 384, 1024
+    w = torch.randn(n, k, device=DEV) * 0.05
+    x = torch.randn(4, 33, k, device=DEV, dtype=torch.bfloat16)
+    wv, ws, wg = nvfp4.quantize(w)
+    input_scale = float(x.float().abs().max()) / 2688.0
+    if convention == "modelopt":
+        sd = {"weight": wv, "weight_scale": ws, "weight_scale_2": wg[0], "input_scale": torch.tensor(input_scale)}
+    else:
+        sd = {
+            "weight_packed": wv,
+            "weight_scale": ws,
+            "weight_global_scale": 1.0 / wg[0],
+            "input_global_scale": torch.tensor(1.0 / input_scale),
+        }
+    layer = nvt.Linear.from_state_dict(sd, out_dtype=torch.bfloat16)
+    y = layer(x)
+    assert y.shape == (4, 33, n) and y.dtype == torch.bfloat16
+    # The twin: the same NVFP4 activations and weight, dequantized, in float64.
+    xv, xs, _ = nvfp4.quantize(x.reshape(-1, k), layer.input_scale)
+    xd = deq(xv, xs) * layer.input_scale
+    wd = deq(wv, ws) * layer.weight_global
+    twin = (xd @ wd.T).to(torch.float16).reshape(4, 33, n)
+    g16 = nvfp4.gemm(xv, xs, layer.weight, layer.weight_scale, alpha=layer.input_scale * layer.weight_global)
+    assert close(g16.reshape(4, 33, n), twin)
+    assert torch.equal(y, g16.reshape(4, 33, n).to(torch.bfloat16))
+    dense = x.double().reshape(-1, k) @ w.double().T
+    rel = (y.double().reshape(-1, n) - dense).norm() / dense.norm()
+    assert rel < 0.2  # NVFP4 W4A4 is lossy; the exactness is in the twin comparison above
+
+
+def test_errors_on_gpu(g):
+    a, sfa = operand(g, 1, 128, 256)
+    with pytest.raises(ValueError, match="cuda|cpu"):
+        nvfp4.gemm(a, sfa, a.cpu(), sfa.cpu())
+    with pytest.raises(ValueError, match="contiguous"):
+        nvfp4.gemm(a[:, :, ::2], sfa[:, :, ::2], a[:, :, ::2], sfa[:, :, ::2])
+    with pytest.raises(ValueError, match="multiple of 16"):
+        nvfp4.gemm(a[..., :4].contiguous(), sfa[..., :1].contiguous(), a[..., :4].contiguous(), sfa[..., :1].contiguous())
+    with pytest.raises(ValueError):
+        nvfp4.gemm(a, sfa, a, sfa, out=torch.empty(1, 128, 128, device=DEV, dtype=torch.float32))
+    with pytest.raises(ValueError):
+        nvfp4.quantize(torch.zeros(4, 32, device=DEV, dtype=torch.int32))
+    off = a.view(-1)[8 : 8 + 128 * 120].view(1, 128, 120)  # 8 bytes past a 16-byte boundary
+    with pytest.raises(ValueError, match="aligned"):
+        nvfp4.gemm(off, sfa[:, :, :15].contiguous(), a[:, :, :120].contiguous(), sfa[:, :, :15].contiguous())
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_second_device_and_mixed_devices(g):
+    a, sfa = operand(g, 1, 128, 256)
+    b, sfb = operand(g, 1, 64, 256)
+    a1, sfa1, b1, sfb1 = (t.to("cuda:1") for t in (a, sfa, b, sfb))
+    got = nvfp4.gemm(a1, sfa1, b1, sfb1)
+    assert got.device == torch.device("cuda:1")
+    assert torch.equal(bits(got.cpu()), bits(ref_gemm(a, sfa, b, sfb).cpu()))
+    assert torch.cuda.current_device() == 0
+    with pytest.raises(ValueError, match="cuda:1"):
+        nvfp4.gemm(a, sfa, b1, sfb1)

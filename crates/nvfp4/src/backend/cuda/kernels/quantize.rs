@@ -1,0 +1,49 @@
+//! kernels/quantize.cu: the GPU quantizer (amax pass and quantize pass) and its parameter struct.
+
+use super::module::KernelModule;
+use crate::backend::cuda::runtime::kernel_struct;
+
+/// The quantizer kernels, one amax and one quantize kernel per input type.
+pub static QUANTIZE: KernelModule = KernelModule {
+    file: "quantize.cu",
+    source: include_str!("../../../../kernels/quantize.cu"),
+    symbols: &[
+        "quantize_amax_f32",
+        "quantize_amax_f16",
+        "quantize_amax_bf16",
+        "quantize_nvfp4_f32",
+        "quantize_nvfp4_f16",
+        "quantize_nvfp4_bf16",
+    ],
+};
+
+kernel_struct! {
+    /// The quantizer kernels' parameters.
+    pub(crate) struct QuantizeParams {
+        /// [L, rows, K] f32, f16 or bf16, 16-byte aligned
+        x: u64 => "const void*",
+        /// [L, rows, K/2] packed e2m1
+        values: u64 => "u8*",
+        /// [L, rows, K/16] e4m3 (plain) or [L, R, C, 512] (blocked, padding zeroed before)
+        scales: u64 => "u8*",
+        /// the global scale used, one f32
+        global_out: u64 => "float*",
+        /// global_mode 2: the global scale, one f32 on the device
+        global_in: u64 => "const float*",
+        /// global_mode 0: the amax as u32 bits, zeroed before the amax pass
+        amax: u64 => "u32*",
+        /// 16-blocks: L * rows * K / 16
+        blocks: i64 => "i64",
+        /// rows per batch
+        rows: i64 => "i64",
+        /// K / 16
+        sf_cols: i64 => "i64",
+        /// 0: from the amax, 1: global_value, 2: *global_in
+        global_mode: i32 => "i32",
+        /// global_mode 1: the global scale
+        global_value: f32 => "float",
+        /// 1: blocked scale layout
+        blocked: i32 => "i32",
+        reserved: i32 => "i32",
+    }
+}

@@ -1,0 +1,174 @@
+//! The GPU quantizer: dense f32/f16/bf16 `[L, rows, K]` in device memory to NVFP4 values, scales
+//! (plain or blocked) and the global scale, on a given stream, bit-identical to
+//! [`format::quantize`](crate::format::quantize) (kernels/quantize.cu says how).
+
+use cudarc::driver::CudaFunction;
+
+use super::device::{Nvfp4View, Workspace, WorkspaceNeeds};
+use super::runtime::{Gpu, LaunchShape, StreamHandle};
+use crate::backend::cuda::kernels::quantize::QuantizeParams;
+use crate::format::ScaleLayout;
+use crate::{Error, Result};
+
+/// Threads per CTA of both kernels (one 16-block per thread in the quantize pass).
+const THREADS: u32 = 256;
+
+/// The element type of a dense input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DenseType {
+    /// f32.
+    F32,
+    /// IEEE f16.
+    F16,
+    /// bfloat16.
+    Bf16,
+}
+
+impl DenseType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DenseType::F32 => 4,
+            DenseType::F16 | DenseType::Bf16 => 2,
+        }
+    }
+    /// The (amax, quantize) kernel symbols.
+    pub(crate) fn symbols(self) -> (&'static str, &'static str) {
+        match self {
+            DenseType::F32 => ("quantize_amax_f32", "quantize_nvfp4_f32"),
+            DenseType::F16 => ("quantize_amax_f16", "quantize_nvfp4_f16"),
+            DenseType::Bf16 => ("quantize_amax_bf16", "quantize_nvfp4_bf16"),
+        }
+    }
+}
+
+/// Device memory seen as a dense row-major `[L, rows, K]` tensor.
+#[derive(Clone, Copy, Debug)]
+pub struct DenseView {
+    pub(crate) addr: u64,
+    /// Element type.
+    pub dtype: DenseType,
+    /// `[L, rows, K]`.
+    pub shape: [usize; 3],
+}
+
+impl DenseView {
+    /// A view of dense device memory the caller owns.
+    ///
+    /// # Safety
+    /// `addr` must be a device address of the backend's context holding `L * rows * K` elements
+    /// of `dtype`, 16-byte aligned, allocated until the launches reading it have completed.
+    pub unsafe fn from_raw(addr: u64, dtype: DenseType, shape: [usize; 3]) -> Result<Self> {
+        crate::format::tensor::check_dims(shape[0], shape[1], shape[2])?;
+        if !addr.is_multiple_of(16) {
+            return Err(Error::Invalid("device operands must be 16-byte aligned".into()));
+        }
+        Ok(Self { addr, dtype, shape })
+    }
+}
+
+/// One f32 in device memory (a global scale).
+#[derive(Clone, Copy, Debug)]
+pub struct ScalarView {
+    pub(crate) addr: u64,
+}
+
+impl ScalarView {
+    /// A view of one f32 of device memory the caller owns.
+    ///
+    /// # Safety
+    /// `addr` must be a device address of the backend's context holding one f32, 4-byte aligned,
+    /// allocated until the launches using it have completed.
+    pub unsafe fn from_raw(addr: u64) -> Result<Self> {
+        if !addr.is_multiple_of(4) {
+            return Err(Error::Invalid("a device f32 must be 4-byte aligned".into()));
+        }
+        Ok(Self { addr })
+    }
+}
+
+/// Where the quantizer takes the per-tensor global scale from.
+#[derive(Clone, Copy, Debug)]
+pub enum GlobalSource<'a> {
+    /// ModelOpt: amax(x) / (6 * 448), computed on the device (an extra pass over x).
+    Auto,
+    /// A given value (finite, > 0).
+    Value(f32),
+    /// The f32 at this device address (e.g. a Linear's calibrated `input_scale`), read by the
+    /// kernel: no host synchronization, so a captured graph can take a new value each replay.
+    Device(&'a ScalarView),
+}
+
+/// The quantizer's kernels of one input type.
+pub(crate) struct QuantizeKernels {
+    pub amax: CudaFunction,
+    pub quantize: CudaFunction,
+}
+
+/// Scratch the quantizer needs: the amax word.
+pub(crate) fn needs(global: GlobalSource<'_>) -> WorkspaceNeeds {
+    match global {
+        GlobalSource::Auto => WorkspaceNeeds { bytes: 4, counters: 0 },
+        _ => WorkspaceNeeds::default(),
+    }
+}
+
+/// Enqueues the quantization of `x` into `out` (values and scales, in `out.meta.layout`) and
+/// the global scale used into `global_out`, on `stream`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch(
+    gpu: &Gpu,
+    k: &QuantizeKernels,
+    x: &DenseView,
+    out: &Nvfp4View,
+    global: GlobalSource<'_>,
+    global_out: &ScalarView,
+    ws: &Workspace,
+    stream: StreamHandle,
+) -> Result<()> {
+    let [l, rows, cols] = x.shape;
+    let m = &out.meta;
+    if (m.l, m.rows, m.k) != (l, rows, cols) {
+        return Err(Error::Shape(format!(
+            "quantize: input [{l}, {rows}, {cols}] and output [{}, {}, {}] differ",
+            m.l, m.rows, m.k
+        )));
+    }
+    let blocks = l * rows * (cols / 16);
+    let (mode, value, global_in) = match global {
+        GlobalSource::Auto => (0, 0.0, 0),
+        GlobalSource::Value(g) if g.is_finite() && g > 0.0 => (1, g, 0),
+        GlobalSource::Value(g) => {
+            return Err(Error::Invalid(format!("global scale must be finite and > 0, got {g}")));
+        }
+        GlobalSource::Device(s) => (2, 0.0, s.addr),
+    };
+    let amax = if mode == 0 { ws.at(0, 4)? } else { 0 };
+    let blocked = m.layout == ScaleLayout::Blocked;
+    let params = QuantizeParams {
+        x: x.addr,
+        values: out.values,
+        scales: out.scales,
+        global_out: global_out.addr,
+        global_in,
+        amax,
+        blocks: blocks as i64,
+        rows: rows as i64,
+        sf_cols: (cols / 16) as i64,
+        global_mode: mode,
+        global_value: value,
+        blocked: blocked as i32,
+        reserved: 0,
+    };
+    let grid = u32::try_from(blocks.div_ceil(THREADS as usize))
+        .map_err(|_| Error::Shape(format!("quantize: {blocks} blocks exceed one launch")))?;
+    if blocked && m.scale_bytes() != blocks {
+        gpu.memset_zero(out.scales, m.scale_bytes(), stream)?; // padding entries are zero
+    }
+    if mode == 0 {
+        gpu.memset_u32(amax, 0, 1, stream)?;
+        let resident = gpu.info().sms * 8;
+        gpu.launch(stream, &k.amax, LaunchShape::linear(grid.min(resident), THREADS, 0), &params)?;
+    }
+    gpu.launch(stream, &k.quantize, LaunchShape::linear(grid, THREADS, 0), &params)
+}
