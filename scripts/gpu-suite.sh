@@ -11,9 +11,10 @@
 #              binaries, default all; TEST_FILTER passes test-name filters).
 #   check      nvfp4 check --backend cuda
 #   bench      nvfp4 bench --json $OUT/bench.json
-#   sanitizer  compute-sanitizer memcheck (small GEMV/grouped cases, the GEMM and dual GEMM small
-#              sweeps), racecheck (SPEC GEMV shapes incl. split-K; a small GEMM and dual case on
-#              split-K, stream-K and pairs) and synccheck (SPEC GEMV shapes)
+#   sanitizer  compute-sanitizer memcheck (small GEMV/grouped cases, the GEMM, dual GEMM and grouped
+#              GEMM small sweeps), racecheck (SPEC GEMV shapes incl. split-K; a small GEMM and dual
+#              case on split-K, stream-K and pairs; the grouped sweep with empty experts) and
+#              synccheck (SPEC GEMV shapes)
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -144,6 +145,12 @@ if has_step sanitizer; then
         "$BIN/test-cuda_dual" --ignored --test-threads=1 dual_sm90_sanitizer_sweep
       run_step "racecheck (dual GEMM small case)" "$log" compute-sanitizer --tool racecheck --error-exitcode 1 \
         "$BIN/test-cuda_dual" --ignored --test-threads=1 dual_sm90_racecheck_case
+    fi
+    if [[ -x "$BIN/test-cuda_grouped" ]]; then
+      run_step "memcheck (grouped GEMM small sweep)" "$log" compute-sanitizer --tool memcheck --error-exitcode 1 \
+        "$BIN/test-cuda_grouped" --ignored --test-threads=1 grouped_sm90_sanitizer_sweep
+      run_step "racecheck (grouped GEMM small sweep)" "$log" compute-sanitizer --tool racecheck --error-exitcode 1 \
+        "$BIN/test-cuda_grouped" --ignored --test-threads=1 grouped_sm90_sanitizer_sweep
     fi
   else
     skip_step "compute-sanitizer" "compute-sanitizer or gpu-bin/test-cuda missing"
