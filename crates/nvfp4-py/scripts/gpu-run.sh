@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the Python package's GPU suite from a folder holding the wheel, tests/, tests_gpu/ and
-# scripts/ (what scripts/stage-gpu.sh copies), on a machine with torch and a GPU; logs to $OUT.
+# scripts/ (copied from crates/nvfp4-py/ next to a wheel built by maturin), on a machine with
+# torch and a GPU; logs to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")"
 OUT=${OUT:-/tmp/nvfp4-py-out}

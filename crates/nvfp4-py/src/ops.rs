@@ -112,26 +112,7 @@ pub fn gemm(
     layout: Option<&str>,
     stream: u64,
 ) -> PyResult<()> {
-    let mut call = Call::new(stream, layout)?;
-    let a = call.operand(a, sfa, "a", "sfa")?;
-    let b = call.operand(b, sfb, "b", "sfb")?;
-    let out = call.tensor(out, "out")?;
-    check_alpha(alpha)?;
-    check_pair("gemm", &a, &b)?;
-    let shape = [a.meta.l, a.meta.rows, b.meta.rows];
-    check_out(&out, shape, a.flat && b.flat)?;
-    match call.device() {
-        Device::Cpu => {
-            let p = Gemm::new(a.to_host()?, b.to_host()?, alpha).py()?;
-            let c = py.detach(move || CpuBackend.gemm(&p)).py()?;
-            out.write_host(&f16_bytes(&c), 2)
-        }
-        Device::Cuda(d) => {
-            let (av, bv, cv) = (a.view()?, b.view()?, out_view(&out, shape)?);
-            let k = key(1, &[&a, &b], &[&out], &[alpha]);
-            launch(py, &call, d, k, || DeviceOp::Gemm(GemmViews { a: &av, b: &bv, alpha, c: &cv }))
-        }
-    }
+    gemm_shaped(py, false, [a, sfa, b, sfb, out], alpha, layout, stream)
 }
 
 #[pyfunction]
@@ -148,30 +129,56 @@ pub fn gemv(
     layout: Option<&str>,
     stream: u64,
 ) -> PyResult<()> {
+    gemm_shaped(py, true, [a, sfa, b, sfb, out], alpha, layout, stream)
+}
+
+/// A GEMM (`gemv`: a batched GEMV, B with one row per batch and A's scale layout): `c = A·Bᵀ`.
+fn gemm_shaped(
+    py: Python<'_>,
+    gemv: bool,
+    [a, sfa, b, sfb, out]: [&Bound<'_, PyAny>; 5],
+    alpha: Option<f32>,
+    layout: Option<&str>,
+    stream: u64,
+) -> PyResult<()> {
+    let what = if gemv { "gemv" } else { "gemm" };
     let mut call = Call::new(stream, layout)?;
     let a = call.operand(a, sfa, "a", "sfa")?;
     let b = call.operand(b, sfb, "b", "sfb")?;
     let out = call.tensor(out, "out")?;
     check_alpha(alpha)?;
-    check_pair("gemv", &a, &b)?;
-    if b.meta.rows != 1 {
+    check_pair(what, &a, &b)?;
+    if gemv && b.meta.rows != 1 {
         return Err(value(format!("gemv: b must have one row per batch, has {}", b.meta.rows)));
     }
-    if a.meta.layout != b.meta.layout {
+    if gemv && a.meta.layout != b.meta.layout {
         return Err(value("gemv: a and b must share one scale layout"));
     }
-    let shape = [a.meta.l, a.meta.rows, 1];
+    let shape = [a.meta.l, a.meta.rows, b.meta.rows];
     check_out(&out, shape, a.flat && b.flat)?;
     match call.device() {
         Device::Cpu => {
-            let p = Gemv::new(a.to_host()?, b.to_host()?, alpha).py()?;
-            let c = py.detach(move || CpuBackend.gemv(&p)).py()?;
+            let (ah, bh) = (a.to_host()?, b.to_host()?);
+            let c = if gemv {
+                let p = Gemv::new(ah, bh, alpha).py()?;
+                py.detach(move || CpuBackend.gemv(&p)).py()?
+            } else {
+                let p = Gemm::new(ah, bh, alpha).py()?;
+                py.detach(move || CpuBackend.gemm(&p)).py()?
+            };
             out.write_host(&f16_bytes(&c), 2)
         }
         Device::Cuda(d) => {
             let (av, bv, cv) = (a.view()?, b.view()?, out_view(&out, shape)?);
-            let k = key(2, &[&a, &b], &[&out], &[alpha]);
-            launch(py, &call, d, k, || DeviceOp::Gemv(GemmViews { a: &av, b: &bv, alpha, c: &cv }))
+            let k = key(if gemv { 2 } else { 1 }, &[&a, &b], &[&out], &[alpha]);
+            launch(py, &call, d, k, || {
+                let views = GemmViews { a: &av, b: &bv, alpha, c: &cv };
+                if gemv {
+                    DeviceOp::Gemv(views)
+                } else {
+                    DeviceOp::Gemm(views)
+                }
+            })
         }
     }
 }

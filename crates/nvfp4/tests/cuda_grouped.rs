@@ -8,15 +8,15 @@
 //! outputs poisoned, launched twice (the table is rebuilt and the counters reset); every variant
 //! forced on ragged groups (M or N of 1, 7, 130, K tails, groups whose W is A); the MoE form with
 //! device offsets: one expert holding every token, empty experts first, in the middle and last,
-//! rows past the last offset left unwritten, and two routings alternating on one workspace; the
-//! small sweep the sanitizer runs.
+//! rows past the last offset left unwritten, and two routings alternating on one workspace (the
+//! CPU backend's MoE form is the reference); the small sweep the sanitizer runs.
 
 use half::f16;
 use nvfp4::backend::cuda::sm90::{Forced, Op, VARIANTS};
 use nvfp4::backend::cuda::{CudaBackend, DeviceOp};
 use nvfp4::check::{compare, Mode};
 use nvfp4::format::{F16Tensor, Nvfp4Tensor, ScaleLayout};
-use nvfp4::ops::Gemm;
+use nvfp4::ops::MoeGemm;
 use nvfp4::problem::{generate, test_shapes, Problem, ProblemKind, Shape};
 use nvfp4::{Backend, CpuBackend};
 
@@ -85,30 +85,14 @@ fn tensor(l: usize, rows: usize, k: usize, seed: u64) -> Nvfp4Tensor {
     Nvfp4Tensor::new(l, rows, k, values, scales, ScaleLayout::Plain).unwrap()
 }
 
-/// Rows [r0, r1) of batch `b` of a plain-layout tensor, as `[1, r1 - r0, K]`.
-fn rows(t: &Nvfp4Tensor, b: usize, r0: usize, r1: usize) -> Nvfp4Tensor {
-    let (vk, sk, n) = (t.k() / 2, t.sf_cols(), t.rows());
-    let values = t.values()[(b * n + r0) * vk..(b * n + r1) * vk].to_vec();
-    let scales = t.scales()[(b * n + r0) * sk..(b * n + r1) * sk].to_vec();
-    Nvfp4Tensor::new(1, r1 - r0, t.k(), values, scales, ScaleLayout::Plain).unwrap().with_global_scale(t.global_scale())
-}
-
-/// The MoE form's reference: each expert's rows as a CPU GEMM; rows past the last offset NaN
-/// (the poison the kernel must leave).
+/// The MoE form's reference: the CPU backend's, with NaN (the poison a kernel must leave) in the
+/// rows past the last offset.
 fn moe_reference(a: &Nvfp4Tensor, w: &Nvfp4Tensor, offsets: &[i32], alpha: Option<f32>) -> F16Tensor {
-    let (t, n) = (a.rows(), w.rows());
-    let mut out = vec![f16::NAN; t * n];
-    let mut start = 0;
-    for (e, &end) in offsets.iter().enumerate() {
-        let end = end as usize;
-        if end > start {
-            let g = Gemm::new(rows(a, 0, start, end), rows(w, e, 0, n), alpha).unwrap();
-            let c = CpuBackend.gemm(&g).unwrap();
-            out[start * n..end * n].copy_from_slice(c.data());
-        }
-        start = end;
-    }
-    F16Tensor::new(1, t, n, out).unwrap()
+    let p = MoeGemm::new(a.clone(), w.clone(), offsets.to_vec(), alpha).unwrap();
+    let c = CpuBackend.moe_gemm(&p).unwrap();
+    let routed = c.cols() * *offsets.last().unwrap() as usize;
+    let data = c.data().iter().enumerate().map(|(i, &x)| if i < routed { x } else { f16::NAN }).collect();
+    F16Tensor::new(1, c.rows(), c.cols(), data).unwrap()
 }
 
 /// Runs the MoE form on the device with offsets in device memory, output poisoned, twice.

@@ -15,7 +15,7 @@ use super::gemv::{self, GemvConfig, GemvLaunch};
 use super::kernels::{self, sm90::Op, sm90::DECODE_X, sm90::DECODE_X_SYMBOL, KernelModule};
 use super::quantize::{self, DenseView, GlobalSource, QuantizeKernels, ScalarView};
 use super::runtime::{cuda_err, ContextScope, Gpu, StreamHandle};
-use super::sm90::{self, Forced, GroupOperands, GroupedLaunch, GroupedOperands, Sm90Kernels, Sm90Launch, Sm90Operands};
+use super::sm90::{self, Forced, GroupedLaunch, GroupedOperands, Sm90Kernels, Sm90Launch, Sm90Operands};
 use crate::format::{F16Tensor, Nvfp4Tensor};
 use crate::Result;
 
@@ -158,17 +158,7 @@ impl CudaBackend {
     pub fn bind_with(&self, op: DeviceOp<'_>, ws: &mut Option<Workspace>) -> Result<BoundOp> {
         let gpu = &self.gpu;
         let sms = gpu.info().sms as usize;
-        let mut workspace = |needs: WorkspaceNeeds| -> Result<Workspace> {
-            if let Some(w) = ws.as_ref().filter(|w| w.holds(needs)) {
-                return Ok(w.clone());
-            }
-            // Grown to hold both the old and the new needs (launches bound to the old one keep it).
-            let old = ws.as_ref().map_or(WorkspaceNeeds::default(), Workspace::size);
-            let size = WorkspaceNeeds { bytes: needs.bytes.max(old.bytes), counters: needs.counters.max(old.counters) };
-            let w = Workspace::new(gpu, size)?;
-            *ws = Some(w.clone());
-            Ok(w)
-        };
+        let mut workspace = |needs: WorkspaceNeeds| grown(gpu, ws, needs);
         let work = match op {
             DeviceOp::Gemv(v) => {
                 let (a, b) = (&v.a.meta, &v.b.meta);
@@ -215,8 +205,7 @@ impl CudaBackend {
                 }
             }
             DeviceOp::GroupedGemm(groups) => {
-                let list = groups.iter().map(|g| GroupOperands { a: g.a, b: g.b, alpha: g.alpha, c: g.c }).collect();
-                match self.bind_grouped(&GroupedOperands::List(list), &mut workspace)? {
+                match self.bind_grouped(&GroupedOperands::List(groups), &mut workspace)? {
                     Some(w) => Work::Grouped(Box::new(w)),
                     None => {
                         let ops: Vec<MmaOperands<'_>> = groups.iter().map(mma).collect();

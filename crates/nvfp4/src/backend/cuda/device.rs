@@ -178,6 +178,18 @@ pub(crate) fn fill_f16(gpu: &Gpu, t: &DeviceF16, bits: u16) -> Result<()> {
     gpu.fill_u16(&t.buf, bits)
 }
 
+/// A GEMM-shaped problem on device operands: `c = A·Bᵀ` with an optional alpha.
+pub struct GemmViews<'a> {
+    /// `[L, M, K]`.
+    pub a: &'a Nvfp4View,
+    /// `[L, N, K]` (GEMV: `[L, 1, K]`).
+    pub b: &'a Nvfp4View,
+    /// The optional FP32 factor before the final rounding.
+    pub alpha: Option<f32>,
+    /// `[L, M, N]` f16 output.
+    pub c: &'a F16View,
+}
+
 /// Device memory seen as `len` i32 values (a MoE launch's expert offsets).
 #[derive(Clone)]
 pub struct I32View {

@@ -3,24 +3,13 @@
 
 use std::sync::Arc;
 
+pub use super::device::GemmViews;
 use super::device::{F16View, I32View, Nvfp4View};
 use super::fallback::MmaLaunch;
 use super::gemv::{GemvConfig, GemvLaunch};
 use super::runtime::{Gpu, StreamHandle};
 use super::sm90::{GroupedLaunch, Sm90Launch};
 use crate::Result;
-
-/// A GEMM-shaped problem on device operands: `c = A·Bᵀ` with an optional alpha.
-pub struct GemmViews<'a> {
-    /// `[L, M, K]`.
-    pub a: &'a Nvfp4View,
-    /// `[L, N, K]` (GEMV: `[L, 1, K]`).
-    pub b: &'a Nvfp4View,
-    /// The optional FP32 factor before the final rounding.
-    pub alpha: Option<f32>,
-    /// `[L, M, N]` f16 output.
-    pub c: &'a F16View,
-}
 
 /// One operation on device operands.
 pub enum DeviceOp<'a> {

@@ -229,7 +229,7 @@ pub static DUAL_SM90: KernelModule = KernelModule {
 kernel_struct! {
     /// What a work unit computes on: the W operand (one tensor, or the two parts of a dual GEMM's
     /// tile), the decoded X, the output and its scaling. A single-problem launch passes it in its
-    /// parameters; a grouped launch would keep one per group in device memory.
+    /// parameters; a grouped launch keeps one per group in device memory.
     pub(crate) struct Sm90Problem align(64) {
         /// W values per part: 3-D (K/2 bytes, rows, L) u8, box (128 B, BM / parts, 1), 128-byte swizzle
         tmap_w: [TmaMap; 2] => "TmaMap" [2],

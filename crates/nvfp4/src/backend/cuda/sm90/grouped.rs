@@ -12,7 +12,7 @@ use cudarc::driver::{CudaFunction, CudaSlice};
 
 use super::bind::{problem_struct, to_i32, OutputSide};
 use super::plan::{fixup_cycles, stage_cycles, Forced, UNIT_OVERHEAD_CYCLES};
-use crate::backend::cuda::device::{Carve, F16View, I32View, Keep, Nvfp4View, Workspace, WorkspaceNeeds};
+use crate::backend::cuda::device::{Carve, F16View, GemmViews, I32View, Keep, Nvfp4View, Workspace, WorkspaceNeeds};
 use crate::backend::cuda::kernels::grouped::{
     GroupSegment, GroupedBuild, GroupedPrepParams, Sm90GroupedParams, BUILD_THREADS, MAX_SEGMENTS,
 };
@@ -70,20 +70,22 @@ pub fn grouped_rejects(shape: &GroupedShape, forced: Option<Forced>) -> Option<S
     if forced == Some(Forced::Off) {
         return Some(format!("disabled by {}=off", Forced::var(Op::Grouped)));
     }
-    let groups: Vec<(usize, usize, usize)> = match shape {
-        GroupedShape::List(g) => g.clone(),
+    let moe;
+    let groups: &[(usize, usize, usize)] = match shape {
+        GroupedShape::List(g) => g,
         GroupedShape::Moe { t, n, k, e } => {
             if *e > MAX_SEGMENTS {
                 return Some(format!("{e} experts: one launch takes at most {MAX_SEGMENTS}"));
             }
             // The weights are one [E, N, K] tensor: its rows and the tokens' must index in 32 bits.
-            vec![(*t, n.saturating_mul(*e), *k)]
+            moe = [(*t, n.saturating_mul(*e), *k)];
+            &moe
         }
     };
     if groups.len() > MAX_SEGMENTS {
         return Some(format!("{} groups: one launch takes at most {MAX_SEGMENTS}", groups.len()));
     }
-    for &(m, n, k) in &groups {
+    for &(m, n, k) in groups {
         if let Some(why) = super::rejects(Op::Gemm, (m, n, k, 1), None) {
             return Some(why);
         }
@@ -228,22 +230,10 @@ impl fmt::Display for GroupedPlan {
     }
 }
 
-/// One group of a list-form launch: `c = alpha · A·Bᵀ`, A `[1, M, K]`, B `[1, N, K]`, c `[1, M, N]`.
-pub struct GroupOperands<'a> {
-    /// A.
-    pub a: &'a Nvfp4View,
-    /// B.
-    pub b: &'a Nvfp4View,
-    /// The optional FP32 factor before the final rounding.
-    pub alpha: Option<f32>,
-    /// The output.
-    pub c: &'a F16View,
-}
-
 /// The operands of a grouped launch.
 pub enum GroupedOperands<'a> {
-    /// Groups with their own tensors.
-    List(Vec<GroupOperands<'a>>),
+    /// Groups with their own tensors: A `[1, M, K]`, B `[1, N, K]`, c `[1, M, N]` each.
+    List(&'a [GemmViews<'a>]),
     /// The MoE form: tokens `[1, T, K]` sorted by expert, weights `[E, N, K]`, `offsets[e]` the
     /// end row of expert e's tokens (device memory), output `[1, T, N]`.
     Moe {

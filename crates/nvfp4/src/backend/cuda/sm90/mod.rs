@@ -11,5 +11,5 @@ pub use super::kernels::sm90::{Op, Variant, VARIANTS};
 pub use bind::Sm90Operands;
 pub(crate) use bind::{bind, Sm90Kernels, Sm90Launch};
 pub(crate) use grouped::{bind_grouped, GroupedLaunch};
-pub use grouped::{grouped_plan, grouped_rejects, GroupOperands, GroupedOperands, GroupedPlan, GroupedShape};
+pub use grouped::{grouped_plan, grouped_rejects, GroupedOperands, GroupedPlan, GroupedShape};
 pub use plan::{plan, rejects, stream_k_shape, Forced, Schedule, Sm90Plan, Sm90Scratch};
