@@ -1,6 +1,7 @@
-//! Tensors from Python through DLPack, zero-copy (dlpark: the C Exchange API where the producer
-//! has it, as torch >= 2.10 does, else `__dlpack__`), checked for device, dtype, shape and
-//! contiguity before anything runs.
+//! Tensors from Python through DLPack, zero-copy (dlpark): a borrowed view through the DLPack C
+//! Exchange API where the producer has one (torch >= 2.10: the fast path of an eager call), else
+//! the ordered import (the exchange API's owning export or `__dlpack__`); checked for device,
+//! dtype, shape and contiguity before anything runs.
 
 use std::ffi::c_void;
 
