@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs the Python package's GPU suite from a folder holding the wheel, tests/, tests_gpu/ and
-# scripts/ (copied from crates/nvfp4-py/ next to a wheel built by maturin), on a machine with
-# torch and a GPU; logs to $OUT.
+# Runs the Python package's GPU suite from a folder holding the wheel, tests/, tests_gpu/,
+# scripts/ and README.md (staged by scripts/stage-gpu.sh next to a wheel built by maturin), on a
+# machine with torch and a GPU; logs to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")"
 OUT=${OUT:-/tmp/nvfp4-py-out}

@@ -63,6 +63,14 @@ pub fn with_device<R>(
     r.py()
 }
 
+/// Profiling aid: with `NVFP4_PY_NO_LAUNCH=1` (read once per process), [`launch_cached`] does
+/// everything but the driver's kernel launches, so `scripts/host_cost.py` can tell the binding's
+/// own host cost from the launches'. The outputs are then never written.
+fn launches_enabled() -> bool {
+    static ENABLED: OnceLock<bool> = OnceLock::new();
+    *ENABLED.get_or_init(|| std::env::var_os("NVFP4_PY_NO_LAUNCH").is_none_or(|v| v != "1"))
+}
+
 /// Launches the operation described by `key` on `stream` of device `ordinal`: the one bound by
 /// an earlier call with the same key, or `bind` now (then kept).
 pub fn launch_cached(
@@ -77,8 +85,9 @@ pub fn launch_cached(
     let pool = pools.entry(stream).or_default();
     // SAFETY: as in `with_device`.
     let handle = unsafe { StreamHandle::from_raw(stream) };
+    let enabled = launches_enabled();
     if let Some(op) = pool.bound.get(&key) {
-        return op.launch_on(handle).py();
+        return if enabled { op.launch_on(handle).py() } else { Ok(()) };
     }
     let before = pool.current.clone();
     let op = bind(&st.backend, &mut pool.current).py()?;
@@ -87,7 +96,9 @@ pub fn launch_cached(
             pool.retired.push(old);
         }
     }
-    op.launch_on(handle).py()?;
+    if enabled {
+        op.launch_on(handle).py()?;
+    }
     if pool.bound.len() >= BOUND_CACHE {
         pool.bound.clear();
     }

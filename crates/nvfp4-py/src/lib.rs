@@ -6,6 +6,7 @@
 
 mod cuda;
 mod error;
+mod moe;
 mod operand;
 mod ops;
 mod quantize;
@@ -27,6 +28,7 @@ fn _nvfp4(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ops::gemm, m)?)?;
     m.add_function(wrap_pyfunction!(ops::dual_gemm, m)?)?;
     m.add_function(wrap_pyfunction!(ops::grouped_gemm, m)?)?;
+    m.add_function(wrap_pyfunction!(moe::grouped_gemm_moe, m)?)?;
     m.add_function(wrap_pyfunction!(quantize::quantize, m)?)?;
     m.add_function(wrap_pyfunction!(weights::load_linear, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_available, m)?)?;

@@ -32,7 +32,7 @@ impl Operand {
     /// flat with the blocked length. `layout` forces one.
     pub fn new(values: Tensor, scales: Tensor, layout: Option<ScaleLayout>) -> PyResult<Self> {
         let (v, s) = (&values, &scales);
-        if v.dtype != Dtype::U8 {
+        if v.dtype != Dtype::U8 && v.dtype != Dtype::E2m1x2 {
             return Err(value(format!("{}: packed values must be uint8 or float4_e2m1fn_x2, got {}", v.name, v.dtype)));
         }
         if s.dtype != Dtype::U8 && s.dtype != Dtype::E4m3 {

@@ -11,35 +11,42 @@ use pyo3::types::PyList;
 use crate::cuda::{launch_cached, with_device};
 use crate::error::{value, IntoPy, PyResult};
 use crate::operand::{check_out, out_view, parse_layout, Operand};
-use crate::tensor::{Device, Tensor};
+use crate::tensor::{Device, Importer, Tensor};
 
-/// The imports of one call: the first tensor fixes the device; the rest must share it.
-struct Call {
-    device: Option<Device>,
-    stream: u64,
+/// The imports of one call (the first tensor fixes the device and the stream; the rest must
+/// share the device) and its scale layout.
+pub(crate) struct Call {
+    imports: Importer,
     layout: Option<ScaleLayout>,
 }
 
 impl Call {
-    fn new(stream: u64, layout: Option<&str>) -> PyResult<Self> {
-        Ok(Self { device: None, stream, layout: parse_layout(layout)? })
+    pub(crate) fn new(stream: Option<u64>, layout: Option<&str>) -> PyResult<Self> {
+        Ok(Self { imports: Importer::new(stream), layout: parse_layout(layout)? })
     }
-    fn tensor(&mut self, obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Tensor> {
-        let t = Tensor::import(obj, name, self.device, self.stream)?;
-        self.device.get_or_insert(t.device);
-        Ok(t)
+    pub(crate) fn tensor(&mut self, obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Tensor> {
+        self.imports.tensor(obj, name)
     }
-    fn operand(&mut self, v: &Bound<'_, PyAny>, s: &Bound<'_, PyAny>, vn: &str, sn: &str) -> PyResult<Operand> {
+    pub(crate) fn operand(
+        &mut self,
+        v: &Bound<'_, PyAny>,
+        s: &Bound<'_, PyAny>,
+        vn: &str,
+        sn: &str,
+    ) -> PyResult<Operand> {
         let values = self.tensor(v, vn)?;
         let scales = self.tensor(s, sn)?;
         Operand::new(values, scales, self.layout)
     }
-    fn device(&self) -> Device {
-        self.device.unwrap_or(Device::Cpu)
+    pub(crate) fn device(&self) -> Device {
+        self.imports.device()
+    }
+    fn stream(&self) -> u64 {
+        self.imports.stream()
     }
 }
 
-fn check_alpha(alpha: Option<f32>) -> PyResult<()> {
+pub(crate) fn check_alpha(alpha: Option<f32>) -> PyResult<()> {
     match alpha {
         Some(a) if !a.is_finite() => Err(value(format!("alpha must be finite, got {a}"))),
         _ => Ok(()),
@@ -58,13 +65,13 @@ fn check_pair(what: &str, a: &Operand, b: &Operand) -> PyResult<()> {
     Ok(())
 }
 
-fn f16_bytes(t: &F16Tensor) -> Vec<u8> {
+pub(crate) fn f16_bytes(t: &F16Tensor) -> Vec<u8> {
     t.data().iter().flat_map(|h: &f16| h.to_bits().to_le_bytes()).collect()
 }
 
 /// What a bound operation's parameters depend on: operation, operand addresses, shapes and
 /// layouts, outputs, alphas.
-fn key(op: u64, operands: &[&Operand], outs: &[&Tensor], alphas: &[Option<f32>]) -> Vec<u64> {
+pub(crate) fn key(op: u64, operands: &[&Operand], outs: &[&Tensor], alphas: &[Option<f32>]) -> Vec<u64> {
     let mut k = vec![op];
     for o in operands {
         let m = &o.meta;
@@ -87,19 +94,19 @@ fn key(op: u64, operands: &[&Operand], outs: &[&Tensor], alphas: &[Option<f32>])
 
 /// Runs an operation on the call's CUDA device and stream, without the GIL: bound now, or the
 /// one bound by an earlier call with the same key.
-fn launch<'v>(
+pub(crate) fn launch<'v>(
     py: Python<'_>,
     call: &Call,
     ordinal: usize,
     key: Vec<u64>,
     op: impl FnOnce() -> DeviceOp<'v> + Send,
 ) -> PyResult<()> {
-    let stream = call.stream;
+    let stream = call.stream();
     py.detach(move || launch_cached(ordinal, stream, key, |backend, ws| backend.bind_with(op(), ws)))
 }
 
 #[pyfunction]
-#[pyo3(signature = (a, sfa, b, sfb, out, alpha=None, layout=None, stream=0))]
+#[pyo3(signature = (a, sfa, b, sfb, out, alpha=None, layout=None, stream=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn gemm(
     py: Python<'_>,
@@ -110,13 +117,13 @@ pub fn gemm(
     out: &Bound<'_, PyAny>,
     alpha: Option<f32>,
     layout: Option<&str>,
-    stream: u64,
+    stream: Option<u64>,
 ) -> PyResult<()> {
     gemm_shaped(py, false, [a, sfa, b, sfb, out], alpha, layout, stream)
 }
 
 #[pyfunction]
-#[pyo3(signature = (a, sfa, b, sfb, out, alpha=None, layout=None, stream=0))]
+#[pyo3(signature = (a, sfa, b, sfb, out, alpha=None, layout=None, stream=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn gemv(
     py: Python<'_>,
@@ -127,7 +134,7 @@ pub fn gemv(
     out: &Bound<'_, PyAny>,
     alpha: Option<f32>,
     layout: Option<&str>,
-    stream: u64,
+    stream: Option<u64>,
 ) -> PyResult<()> {
     gemm_shaped(py, true, [a, sfa, b, sfb, out], alpha, layout, stream)
 }
@@ -139,7 +146,7 @@ fn gemm_shaped(
     [a, sfa, b, sfb, out]: [&Bound<'_, PyAny>; 5],
     alpha: Option<f32>,
     layout: Option<&str>,
-    stream: u64,
+    stream: Option<u64>,
 ) -> PyResult<()> {
     let what = if gemv { "gemv" } else { "gemm" };
     let mut call = Call::new(stream, layout)?;
@@ -184,7 +191,7 @@ fn gemm_shaped(
 }
 
 #[pyfunction]
-#[pyo3(signature = (a, sfa, b1, sfb1, b2, sfb2, out, alpha=None, layout=None, stream=0))]
+#[pyo3(signature = (a, sfa, b1, sfb1, b2, sfb2, out, alpha=None, layout=None, stream=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn dual_gemm(
     py: Python<'_>,
@@ -197,7 +204,7 @@ pub fn dual_gemm(
     out: &Bound<'_, PyAny>,
     alpha: Option<f32>,
     layout: Option<&str>,
-    stream: u64,
+    stream: Option<u64>,
 ) -> PyResult<()> {
     let mut call = Call::new(stream, layout)?;
     let a = call.operand(a, sfa, "a", "sfa")?;
@@ -249,14 +256,14 @@ fn group_alphas(alpha: Option<&Bound<'_, PyAny>>, g: usize) -> PyResult<Vec<Opti
 }
 
 #[pyfunction]
-#[pyo3(signature = (groups, outs, alpha=None, layout=None, stream=0))]
+#[pyo3(signature = (groups, outs, alpha=None, layout=None, stream=None))]
 pub fn grouped_gemm(
     py: Python<'_>,
     groups: &Bound<'_, PyList>,
     outs: &Bound<'_, PyList>,
     alpha: Option<&Bound<'_, PyAny>>,
     layout: Option<&str>,
-    stream: u64,
+    stream: Option<u64>,
 ) -> PyResult<()> {
     let g = groups.len();
     if g == 0 {
@@ -302,7 +309,7 @@ pub fn grouped_gemm(
             }
             let views = &views;
             let alphas = &alphas;
-            let stream = call.stream;
+            let stream = call.stream();
             py.detach(move || {
                 with_device(d, stream, |backend, ws, handle| {
                     let gv: Vec<GemmViews<'_>> =

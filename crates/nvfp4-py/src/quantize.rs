@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use crate::cuda::with_device;
 use crate::error::{kind, value, IntoPy, PyResult};
 use crate::operand::{parse_layout, Operand};
-use crate::tensor::{Device, Dtype, Tensor};
+use crate::tensor::{Device, Dtype, Importer, Tensor};
 
 fn dense_type(t: &Tensor) -> PyResult<DenseType> {
     match t.dtype {
@@ -41,7 +41,7 @@ fn host_f32(x: &Tensor, ty: DenseType) -> PyResult<Vec<f32>> {
 }
 
 #[pyfunction]
-#[pyo3(signature = (x, values, scales, global_out, global_scale=None, layout="plain", stream=0))]
+#[pyo3(signature = (x, values, scales, global_out, global_scale=None, layout="plain", stream=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn quantize(
     py: Python<'_>,
@@ -51,11 +51,11 @@ pub fn quantize(
     global_out: &Bound<'_, PyAny>,
     global_scale: Option<&Bound<'_, PyAny>>,
     layout: &str,
-    stream: u64,
+    stream: Option<u64>,
 ) -> PyResult<()> {
     let layout = parse_layout(Some(layout))?.unwrap_or(ScaleLayout::Plain);
-    let x = Tensor::import(x, "x", None, stream)?;
-    let device = Some(x.device);
+    let mut imports = Importer::new(stream);
+    let x = imports.tensor(x, "x")?;
     let ty = dense_type(&x)?;
     let (l, rows, k) = match x.shape[..] {
         [rows, k] => (1, rows, k),
@@ -68,9 +68,9 @@ pub fn quantize(
     if !k.is_multiple_of(16) {
         return Err(crate::error::to_py(nvfp4::Error::KNotMultipleOf16 { k }));
     }
-    let v = Tensor::import(values, "values", device, stream)?;
-    let s = Tensor::import(scales, "scales", device, stream)?;
-    let g_out = Tensor::import(global_out, "global_out", device, stream)?;
+    let v = imports.tensor(values, "values")?;
+    let s = imports.tensor(scales, "scales")?;
+    let g_out = imports.tensor(global_out, "global_out")?;
     check_scalar(&g_out)?;
     g_out.writable()?;
     let out = Operand::new(v, s, Some(layout))?;
@@ -89,7 +89,7 @@ pub fn quantize(
         Some(g) => match g.extract::<f32>() {
             Ok(v) => Some(Ok(v)),
             Err(_) if g.hasattr("__dlpack__")? => {
-                let t = Tensor::import(g, "global_scale", device, stream)?;
+                let t = imports.tensor(g, "global_scale")?;
                 check_scalar(&t)?;
                 Some(Err(t))
             }
@@ -118,6 +118,7 @@ pub fn quantize(
             g_out.write_host(&q.global_scale().to_le_bytes(), 4)
         }
         Device::Cuda(d) => {
+            let stream = imports.stream();
             // SAFETY: CUDA tensors of the call's device, dense, of the checked sizes and dtypes,
             // kept alive by the caller's framework while the kernels enqueued on its current
             // stream run.

@@ -1,12 +1,15 @@
-//! Tensors from Python through DLPack, zero-copy (dlpark: the C Exchange API where the producer
-//! has it, as torch >= 2.10 does, else `__dlpack__`), checked for device, dtype, shape and
-//! contiguity before anything runs.
+//! Tensors from Python through DLPack, zero-copy (dlpark): a borrowed view through the DLPack C
+//! Exchange API where the producer has one (torch >= 2.10: the fast path of an eager call), else
+//! the ordered import (the exchange API's owning export or `__dlpack__`); checked for device,
+//! dtype, shape and contiguity before anything runs.
 
 use std::ffi::c_void;
 
 use dlpark::ffi::{DLDataTypeCode, DLDevice, DLDeviceType};
+use dlpark::python::consumer::exchange::ExchangeApi;
 use dlpark::python::consumer::stream::{self, DlpackStream, StreamArg};
 use dlpark::python::{ImportRequest, ImportedDlpack};
+use dlpark::tensor::TensorRef;
 use dlpark::DlpackFlags;
 use pyo3::prelude::*;
 
@@ -37,6 +40,10 @@ pub enum Dtype {
     U8,
     /// float8_e4m3fn.
     E4m3,
+    /// float4_e2m1fn_x2 (DLPack: E2M1, 4 bits, 2 lanes): one byte of two packed E2M1.
+    E2m1x2,
+    /// int32.
+    I32,
     /// float16.
     F16,
     /// bfloat16.
@@ -52,6 +59,8 @@ impl std::fmt::Display for Dtype {
         match self {
             Dtype::U8 => f.write_str("uint8"),
             Dtype::E4m3 => f.write_str("float8_e4m3fn"),
+            Dtype::E2m1x2 => f.write_str("float4_e2m1fn_x2"),
+            Dtype::I32 => f.write_str("int32"),
             Dtype::F16 => f.write_str("float16"),
             Dtype::Bf16 => f.write_str("bfloat16"),
             Dtype::F32 => f.write_str("float32"),
@@ -64,6 +73,8 @@ fn dtype_of(code: DLDataTypeCode, bits: u8, lanes: u16) -> Dtype {
     match (code, bits, lanes) {
         (DLDataTypeCode::UINT, 8, 1) => Dtype::U8,
         (DLDataTypeCode::FLOAT8_E4M3FN, 8, 1) => Dtype::E4m3,
+        (DLDataTypeCode::FLOAT4_E2M1FN, 4, 2) => Dtype::E2m1x2,
+        (DLDataTypeCode::INT, 32, 1) => Dtype::I32,
         (DLDataTypeCode::FLOAT, 16, 1) => Dtype::F16,
         (DLDataTypeCode::BFLOAT, 16, 1) => Dtype::Bf16,
         (DLDataTypeCode::FLOAT, 32, 1) => Dtype::F32,
@@ -87,6 +98,15 @@ unsafe impl DlpackStream for CallerStream {
     }
 }
 
+/// What keeps an imported tensor's memory alive for the call.
+enum Owner {
+    /// A managed DLPack tensor (`__dlpack__`, or the C Exchange API's owning export).
+    Managed { _tensor: ImportedDlpack },
+    /// The Python object itself, read through a borrowed C Exchange view: the producer owns
+    /// the memory while the object is alive, and the call holds a reference to it.
+    Object { _object: Py<PyAny> },
+}
+
 /// A tensor borrowed from Python for the length of one call.
 pub struct Tensor {
     /// The argument's name, for messages.
@@ -98,7 +118,7 @@ pub struct Tensor {
     /// Address of the first element.
     pub ptr: u64,
     read_only: bool,
-    _owner: ImportedDlpack,
+    _owner: Owner,
 }
 
 fn device_of(d: DLDevice, name: &str) -> PyResult<Device> {
@@ -109,60 +129,152 @@ fn device_of(d: DLDevice, name: &str) -> PyResult<Device> {
     }
 }
 
-impl Tensor {
-    /// Imports `obj` (anything that speaks DLPack). `expect`: the device every operand of the
-    /// call must be on (checked before import); `stream`: the caller's current CUDA stream of
-    /// that device (0 for the legacy default stream; ignored on the CPU).
-    pub fn import(obj: &Bound<'_, PyAny>, name: &str, expect: Option<Device>, stream: u64) -> PyResult<Self> {
-        let request = match ImportRequest::new(obj.as_borrowed()) {
-            Ok(r) => r,
-            Err(e) if e.is_instance_of::<pyo3::exceptions::PyTypeError>(obj.py()) => {
-                let ty = obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
-                return Err(kind(format!("{name}: expected a tensor or array (DLPack), got {ty}")));
+/// Device, dtype, shape and first-element address of a DLPack descriptor, checked row-major
+/// and dense (a dimension of size 1 may carry any stride).
+fn describe(t: &TensorRef<'_>, name: &str) -> PyResult<(Device, Dtype, Vec<usize>, u64)> {
+    let device = device_of(t.device(), name)?;
+    let dt = t.dtype();
+    let dtype = dtype_of(dt.code, dt.bits, dt.lanes);
+    let shape: Vec<usize> = t.shape().iter().map(|&d| d.max(0) as usize).collect();
+    if let Some(strides) = t.strides() {
+        let mut want = 1i64;
+        for (&d, &s) in t.shape().iter().zip(strides).rev() {
+            if d != 1 && s != want {
+                return Err(value(format!(
+                    "{name}: must be contiguous (row-major), has shape {:?} and strides {:?}",
+                    t.shape(),
+                    strides
+                )));
             }
-            Err(e) => return Err(e),
+            want *= d;
+        }
+    }
+    Ok((device, dtype, shape, t.data_ptr() as usize as u64 + t.byte_offset()))
+}
+
+/// The imports of one call. The first tensor fixes the device, and (when it is a CUDA tensor)
+/// the stream unless the caller gave one: the producer's current work stream through the DLPack
+/// C Exchange API (torch >= 2.10), else the legacy default stream. Every other tensor must be
+/// on the same device.
+///
+/// Producers with the C Exchange API are read through its borrowed view (no allocation, no
+/// Python call: the fast path of an eager call), as long as their work stream is the call's;
+/// everything else through dlpark's ordered import (`__dlpack__(stream=...)`, which makes the
+/// producer order its work before the call's stream).
+#[derive(Default)]
+pub struct Importer {
+    device: Option<Device>,
+    stream: Option<u64>,
+    /// The C Exchange API of the last type seen (by type address; types outlive the call's
+    /// arguments), or `None` for a type without one.
+    api: Option<(usize, Option<ExchangeApi>)>,
+}
+
+impl Importer {
+    /// An importer; `stream`: the caller's CUDA stream, or `None` to take the producer's.
+    pub fn new(stream: Option<u64>) -> Self {
+        Self { stream, ..Self::default() }
+    }
+
+    /// The call's device (the CPU when no tensor came in).
+    pub fn device(&self) -> Device {
+        self.device.unwrap_or(Device::Cpu)
+    }
+
+    /// The call's CUDA stream (0: the legacy default stream).
+    pub fn stream(&self) -> u64 {
+        self.stream.unwrap_or(0)
+    }
+
+    /// Imports `obj` (anything that speaks DLPack) as argument `name`.
+    pub fn tensor(&mut self, obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Tensor> {
+        let t = match self.view(obj, name)? {
+            Some(t) => t,
+            None => self.import(obj, name)?,
         };
+        if let Some(want) = self.device {
+            if t.device != want {
+                return Err(value(format!("{name} is on {}, the operation's first tensor on {want}", t.device)));
+            }
+        }
+        self.device = Some(t.device);
+        Ok(t)
+    }
+
+    /// The borrowed C Exchange view of `obj`, or `None` when its type has no exchange API or
+    /// its producer works on another stream than the call's.
+    fn view(&mut self, obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<Tensor>> {
+        let ty = obj.get_type().as_ptr() as usize;
+        if self.api.as_ref().map(|(t, _)| *t) != Some(ty) {
+            self.api = Some((ty, ExchangeApi::from_object(obj.as_borrowed())?));
+        }
+        let Some((_, Some(api))) = &self.api else { return Ok(None) };
+        // A producer without the optional view function (or one that refuses this object) is
+        // imported the general way, which reports its errors.
+        let Ok(seen) = api.with_tensor_view_no_sync(obj.as_borrowed(), |dl, producer| {
+            // SAFETY: the producer's descriptor, its shape and strides stay readable and
+            // unchanged during this callback, which is all `t` lives for.
+            let t = unsafe { TensorRef::from_raw(dl) }.map_err(|e| value(format!("{name}: {e}")))?;
+            Ok::<_, PyErr>((describe(&t, name)?, producer as usize as u64))
+        }) else {
+            return Ok(None);
+        };
+        let ((device, dtype, shape, ptr), producer) = seen?;
+        // The first CUDA tensor's producer stream becomes the call's (unless the caller gave
+        // one); a tensor whose producer works on another stream takes the ordered import.
+        if matches!(device, Device::Cuda(_)) && *self.stream.get_or_insert(producer) != producer {
+            return Ok(None);
+        }
+        let owner = Owner::Object { _object: obj.clone().unbind() };
+        Ok(Some(Tensor { name: name.to_string(), device, dtype, shape, ptr, read_only: false, _owner: owner }))
+    }
+
+    /// The general import (dlpark: the C Exchange API's owning export or `__dlpack__`),
+    /// ordered before the call's stream.
+    fn import(&mut self, obj: &Bound<'_, PyAny>, name: &str) -> PyResult<Tensor> {
+        let expect = self.device;
+        // Objects without DLPack (found at discovery, or at import for those without a device
+        // query) are named in the message.
+        let named = |e: PyErr| {
+            if e.is_instance_of::<pyo3::exceptions::PyTypeError>(obj.py()) {
+                let ty = obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
+                return kind(format!("{name}: expected a tensor or array (DLPack), got {ty}"));
+            }
+            e
+        };
+        let request = ImportRequest::new(obj.as_borrowed()).map_err(named)?;
         let known = request.device().ok().map(|d| device_of(d, name)).transpose()?;
         if let (Some(got), Some(want)) = (known, expect) {
             if got != want {
                 return Err(value(format!("{name} is on {got}, the operation's first tensor on {want}")));
             }
         }
-        let device = known.or(expect).unwrap_or(Device::Cpu);
-        let caller = CallerStream(stream);
-        let imported = match device {
-            Device::Cuda(_) => request.import(Some(&caller), None)?,
-            Device::Cpu => request.import(None, None)?,
+        let imported = match known.or(expect).unwrap_or(Device::Cpu) {
+            Device::Cuda(_) => {
+                let caller = CallerStream(*self.stream.get_or_insert(0));
+                request.import(Some(&caller), None).map_err(named)?
+            }
+            Device::Cpu => request.import(None, None).map_err(named)?,
         };
         let t = imported.validate().map_err(|e| value(format!("{name}: {e}")))?;
-        let device = device_of(t.device(), name)?;
-        if let Some(want) = expect {
-            if device != want {
-                return Err(value(format!("{name} is on {device}, the operation's first tensor on {want}")));
-            }
+        let (device, dtype, shape, ptr) = describe(&t, name)?;
+        if let Device::Cuda(_) = device {
+            self.stream.get_or_insert(0);
         }
-        let dt = t.dtype();
-        let dtype = dtype_of(dt.code, dt.bits, dt.lanes);
-        let shape: Vec<usize> = t.shape().iter().map(|&d| d.max(0) as usize).collect();
-        // Row-major and dense; a dimension of size 1 may carry any stride.
-        if let Some(strides) = t.strides() {
-            let mut want = 1i64;
-            for (&d, &s) in t.shape().iter().zip(strides).rev() {
-                if d != 1 && s != want {
-                    return Err(value(format!(
-                        "{name}: must be contiguous (row-major), has shape {:?} and strides {:?}",
-                        t.shape(),
-                        strides
-                    )));
-                }
-                want *= d;
-            }
-        }
-        let ptr = t.data_ptr() as usize as u64 + t.byte_offset();
         let read_only = imported.flags().contains(DlpackFlags::READ_ONLY);
-        Ok(Self { name: name.to_string(), device, dtype, shape, ptr, read_only, _owner: imported })
+        Ok(Tensor {
+            name: name.to_string(),
+            device,
+            dtype,
+            shape,
+            ptr,
+            read_only,
+            _owner: Owner::Managed { _tensor: imported },
+        })
     }
+}
 
+impl Tensor {
     /// Elements.
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
@@ -200,6 +312,19 @@ impl Tensor {
         // SAFETY: as in `host_bytes`, the tensor holds at least `bytes.len()` bytes from `ptr`
         // (checked just above), and may be written (checked); `bytes` is our own memory, so the regions
         // do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr as usize as *mut u8, bytes.len()) };
+        Ok(())
+    }
+
+    /// Writes `bytes` over the start of a CPU output of `elem`-byte elements holding at least
+    /// that many bytes, leaving the rest as it is.
+    pub fn write_host_prefix(&self, bytes: &[u8], elem: usize) -> PyResult<()> {
+        self.writable()?;
+        if self.device != Device::Cpu || self.numel() * elem < bytes.len() {
+            return Err(value(format!("{}: not a CPU buffer of at least {} bytes", self.name, bytes.len())));
+        }
+        // SAFETY: as in `write_host`: at least `bytes.len()` writable bytes from `ptr` (checked
+        // just above), not overlapping our own `bytes`.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr as usize as *mut u8, bytes.len()) };
         Ok(())
     }

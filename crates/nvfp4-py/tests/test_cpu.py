@@ -79,6 +79,79 @@ def test_grouped_gemm_bit_identical(rng):
         np.testing.assert_array_equal(got.view(np.uint16), ref.view(np.uint16))
 
 
+def moe_ref(a, sfa, b, sfb, offsets, out, alpha=1.0):
+    """Each expert's rows of a against its weight (gemm_ref), written into a copy of ``out``."""
+    want = out.copy()
+    start = 0
+    for e, end in enumerate(offsets):
+        if end > start:
+            want[..., start:end, :] = gemm_ref(a[..., start:end, :], sfa[..., start:end, :], b[e], sfb[e], alpha)
+        start = end
+    return want
+
+
+@pytest.mark.parametrize(
+    "t,offsets",
+    [
+        (100, [30, 30, 70, 90]),  # expert 1 without tokens, rows 90..99 routed to none
+        (77, [0, 77, 77, 77]),  # one expert with every token
+        (16, [0, 0, 0, 0]),  # no token routed
+        (1, [1, 1, 1, 1]),
+    ],
+)
+def test_moe_bit_identical(rng, t, offsets):
+    e, n, k = 4, 48, 256
+    a, sfa = operand(rng, 1, t, k)
+    b, sfb = operand(rng, e, n, k)
+    offs = np.array(offsets, dtype=np.int32)
+    out = poisoned((t, n))
+    got = nvfp4.grouped_gemm((a[0], sfa[0], b, sfb), offsets=offs, alpha=0.5, out=out)
+    assert got is out
+    want = moe_ref(a[0], sfa[0], b, sfb, offsets, poisoned((t, n)), alpha=0.5)
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))  # NaN rows untouched
+    new = nvfp4.grouped_gemm([(a, sfa, b, sfb)], offsets=offs, alpha=0.5)
+    assert new.shape == (1, t, n)
+    zero = moe_ref(a[0], sfa[0], b, sfb, offsets, np.zeros((t, n), np.float16), alpha=0.5)
+    np.testing.assert_array_equal(new[0].view(np.uint16), zero.view(np.uint16))
+    blk = nvfp4.grouped_gemm((a, to_blocked(sfa), b, to_blocked(sfb)), offsets=offs, alpha=0.5)
+    np.testing.assert_array_equal(blk.view(np.uint16), new.view(np.uint16))
+
+
+def test_moe_errors(rng):
+    t, e, n, k = 24, 3, 16, 64
+    a, sfa = operand(rng, 1, t, k)
+    b, sfb = operand(rng, e, n, k)
+    a, sfa = a[0], sfa[0]
+    offs = np.array([8, 16, 24], dtype=np.int32)
+    with pytest.raises(ValueError, match="int32"):
+        nvfp4.grouped_gemm((a, sfa, b, sfb), offsets=offs.astype(np.int64))
+    with pytest.raises(ValueError, match=r"offsets: must be \[E\] = \[3\]"):
+        nvfp4.grouped_gemm((a, sfa, b, sfb), offsets=offs[:2].copy())
+    with pytest.raises(ValueError, match="must not decrease"):
+        nvfp4.grouped_gemm((a, sfa, b, sfb), offsets=np.array([8, 4, 24], dtype=np.int32))
+    with pytest.raises(ValueError, match="outside"):
+        nvfp4.grouped_gemm((a, sfa, b, sfb), offsets=np.array([8, 16, 25], dtype=np.int32))
+    b2, sfb2 = operand(rng, e, n, 2 * k)
+    with pytest.raises(ValueError, match="reduction lengths"):
+        nvfp4.grouped_gemm((a, sfa, b2, sfb2), offsets=offs)
+    with pytest.raises(ValueError, match=r"\[E, N, K/2\]"):
+        nvfp4.grouped_gemm((a, sfa, b[0], sfb[0]), offsets=offs)
+    with pytest.raises(ValueError, match=r"\[E, N, K/2\]"):
+        nvfp4.grouped_gemm((a, sfa, b[0], sfb[0]), offsets=offs, out=np.zeros((t, n), np.float16))
+    with pytest.raises(ValueError, match=r"\[T, K/2\]"):
+        nvfp4.grouped_gemm((np.stack([a, a]), np.stack([sfa, sfa]), b, sfb), offsets=offs)
+    with pytest.raises(ValueError, match="shape"):
+        nvfp4.grouped_gemm((a, sfa, b, sfb), offsets=offs, out=np.zeros((t, n + 1), np.float16))
+    with pytest.raises(TypeError, match="offsets"):
+        nvfp4.grouped_gemm((a, sfa, b, sfb), offsets=[8, 16, 24])
+    with pytest.raises(TypeError, match="one tuple"):
+        nvfp4.grouped_gemm([(a, sfa, b, sfb), (a, sfa, b, sfb)], offsets=offs)
+    with pytest.raises(TypeError):
+        nvfp4.grouped_gemm((a, sfa, b, sfb), offsets=offs, alpha=[1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="alpha"):
+        nvfp4.grouped_gemm((a, sfa, b, sfb), offsets=offs, alpha=float("nan"))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_quantize_modelopt(rng, dtype):
     x = (rng.standard_normal((96, 256)) * 3).astype(dtype)
@@ -185,8 +258,6 @@ def test_error_layout_alpha_and_offsets(rng):
         nvfp4.gemm(a, sfa, a, sfa, alpha=float("inf"))
     with pytest.raises(ValueError, match="global scale"):
         nvfp4.quantize(np.ones((4, 32), np.float32), global_scale=-1.0)
-    with pytest.raises(ValueError, match="offsets"):
-        nvfp4.grouped_gemm([(a, sfa, a, sfa)], offsets=[0, 8])
 
 
 def test_error_strides_and_read_only(rng):

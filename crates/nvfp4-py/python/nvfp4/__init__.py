@@ -20,6 +20,10 @@ try:  # torch is optional: NumPy arrays work without it.
 except ImportError:  # pragma: no cover
     _torch = None
 
+# torch >= 2.10 hands its tensors (FP4/FP8 dtypes included) and its current stream to the native
+# module through the DLPack C Exchange API: nothing to do here per call (the host cost of an eager
+# call). Older torch: FP4/FP8 tensors as uint8 views, and the stream read here.
+_LEGACY_TORCH = _torch is not None and not hasattr(_torch.Tensor, "__dlpack_c_exchange_api__")
 _BYTE_VIEWS = ()
 if _torch is not None:
     _BYTE_VIEWS = tuple(
@@ -33,20 +37,37 @@ def _is_torch(t):
 
 
 def _bytes(t):
-    """torch's FP4/FP8 dtypes as uint8 (same bytes): DLPack support for them varies by version."""
+    """torch's FP4/FP8 dtypes as uint8 (same bytes): older torch does not export them."""
     if _is_torch(t) and t.dtype in _BYTE_VIEWS:
         return t.view(_torch.uint8)
     return t
 
 
-def _stream(t):
-    """The current torch stream of t's device as a raw CUstream (0 for CPU tensors)."""
-    if _is_torch(t) and t.is_cuda:
-        idx = t.device.index
-        if _raw_stream is not None:
-            return _raw_stream(idx)
-        return _torch.cuda.current_stream(idx).cuda_stream
-    return 0
+if _LEGACY_TORCH:
+
+    def _args(*ts):
+        """The tensors as the native module takes them."""
+        return tuple(_bytes(t) for t in ts)
+
+    def _stream(t):
+        """The current torch stream of t's device as a raw CUstream (0 for CPU tensors)."""
+        if _is_torch(t) and t.is_cuda:
+            idx = t.device.index
+            if _raw_stream is not None:
+                return _raw_stream(idx)
+            return _torch.cuda.current_stream(idx).cuda_stream
+        return 0
+
+else:
+
+    def _args(*ts):
+        """The tensors as the native module takes them: as they are."""
+        return ts
+
+    def _stream(t):
+        """None: the native module takes the producer's current stream (C Exchange API), or the
+        legacy default stream for producers without one."""
+        return None
 
 
 def _shape(t, name):
@@ -69,6 +90,14 @@ def _empty(like, shape, dtype="float16"):
     import numpy as np
 
     return np.empty(shape, dtype=dtype)
+
+
+def _zeros(like, shape):
+    if _is_torch(like):
+        return _torch.zeros(shape, dtype=_torch.float16, device=like.device)
+    import numpy as np
+
+    return np.zeros(shape, dtype="float16")
 
 
 def _out_shape(a, b, n):
@@ -94,7 +123,7 @@ def gemm(a, sfa, b, sfb, *, alpha=None, layout=None, out=None, out_dtype=None):
     _check_out_dtype(out_dtype)
     if out is None:
         out = _empty(a, _out_shape(a, b, _rows(b, "b")[-2]))
-    _nvfp4.gemm(_bytes(a), _bytes(sfa), _bytes(b), _bytes(sfb), out, alpha, layout, _stream(a))
+    _nvfp4.gemm(*_args(a, sfa, b, sfb), out, alpha, layout, _stream(a))
     return out
 
 
@@ -103,7 +132,7 @@ def gemv(a, sfa, b, sfb, *, alpha=None, layout=None, out=None, out_dtype=None):
     _check_out_dtype(out_dtype)
     if out is None:
         out = _empty(a, _out_shape(a, b, 1))
-    _nvfp4.gemv(_bytes(a), _bytes(sfa), _bytes(b), _bytes(sfb), out, alpha, layout, _stream(a))
+    _nvfp4.gemv(*_args(a, sfa, b, sfb), out, alpha, layout, _stream(a))
     return out
 
 
@@ -112,24 +141,28 @@ def dual_gemm(a, sfa, b1, sfb1, b2, sfb2, *, alpha=None, layout=None, out=None, 
     _check_out_dtype(out_dtype)
     if out is None:
         out = _empty(a, _out_shape(a, b1, _rows(b1, "b1")[-2]))
-    _nvfp4.dual_gemm(
-        _bytes(a), _bytes(sfa), _bytes(b1), _bytes(sfb1), _bytes(b2), _bytes(sfb2), out, alpha, layout, _stream(a)
-    )
+    _nvfp4.dual_gemm(*_args(a, sfa, b1, sfb1, b2, sfb2), out, alpha, layout, _stream(a))
     return out
 
 
 def grouped_gemm(groups, *, alpha=None, layout=None, out=None, out_dtype=None, offsets=None):
-    """Grouped GEMM: ``groups`` is a list of (a, sfa, b, sfb) with L = 1, all run in one launch;
-    returns a list of [M_g, N_g] outputs. ``alpha``: a float or one per group.
+    """Grouped GEMM, every group in one launch. Two forms:
 
-    ``offsets=``: the MoE form (one activation tensor split by row offsets, experts stacked) is
-    the grouped GEMM of issue 10; until the library has it this raises ValueError.
+    - list form: ``groups`` is a list of (a, sfa, b, sfb) with L = 1, each with its own M, N, K;
+      returns a list of [M_g, N_g] outputs. ``alpha``: a float or one per group.
+    - MoE form, ``offsets=`` (the ``offs`` of ``torch._grouped_mm(a, b, offs)``): ``groups`` is
+      one tuple (a, sfa, b, sfb): a [T, K/2] the tokens sorted by expert, b [E, N, K/2] every
+      expert's weight (rows are N, like a Linear weight), ``offsets`` int32 [E] on a's device,
+      the cumulative end row of each expert's tokens (expert e owns rows offsets[e-1]:offsets[e],
+      an expert may own none). Returns [T, N] ([1, T, N] when a is [1, T, K/2]). Rows at or past
+      offsets[-1] belong to no expert: zero in a new output, left as they are in ``out=``.
+      ``alpha``: one float. On the GPU only the kernel reads the offsets (no host
+      synchronization: a captured CUDA graph may change them between replays, values are
+      clamped into [0, T]); on the CPU they must not decrease and lie in [0, T].
     """
     _check_out_dtype(out_dtype)
     if offsets is not None:
-        moe = getattr(_nvfp4, "grouped_gemm_moe", None)
-        if moe is None:
-            raise ValueError("grouped_gemm(offsets=...): the MoE offsets form is not in this build yet")
+        return _grouped_moe(groups, offsets, alpha, layout, out)
     if not isinstance(groups, (list, tuple)):
         raise TypeError("groups must be a list of (a, sfa, b, sfb) tuples")
     groups = [tuple(g) for g in groups]
@@ -138,10 +171,26 @@ def grouped_gemm(groups, *, alpha=None, layout=None, out=None, out_dtype=None, o
             raise TypeError(f"groups[{i}] must be a tuple (a, sfa, b, sfb)")
     if out is None:
         out = [_empty(g[0], _out_shape(g[0], g[2], _rows(g[2], f"groups[{i}].b")[-2])) for i, g in enumerate(groups)]
-    groups = [tuple(_bytes(t) for t in g) for g in groups]
+    groups = [_args(*g) for g in groups]
     first = groups[0][0] if groups else None
     _nvfp4.grouped_gemm(groups, list(out), alpha, layout, _stream(first))
     return list(out)
+
+
+def _grouped_moe(operands, offsets, alpha, layout, out):
+    """The MoE form of ``grouped_gemm`` (see there)."""
+    if isinstance(operands, list) and len(operands) == 1:
+        operands = operands[0]
+    if not isinstance(operands, (list, tuple)) or len(operands) != 4:
+        raise TypeError("grouped_gemm(offsets=...): groups must be one tuple (a, sfa, b, sfb)")
+    a, sfa, b, sfb = operands
+    if out is None:
+        sa, sb = _rows(a, "a"), _shape(b, "b")
+        if len(sb) != 3:
+            raise ValueError(f"moe gemm: b must be [E, N, K/2] (one weight per expert), got shape {list(sb)}")
+        out = _zeros(a, sa[:-1] + (sb[1],))
+    _nvfp4.grouped_gemm_moe(*_args(a, sfa, b, sfb), offsets, out, alpha, layout, _stream(a))
+    return out
 
 
 def quantize(x, global_scale=None, layout="plain", *, out=None):
@@ -173,6 +222,6 @@ def quantize(x, global_scale=None, layout="plain", *, out=None):
             scales_ret = scales
     else:
         values, scales_ret, glob = out
-        scales = _bytes(scales_ret)
+        (scales,) = _args(scales_ret)
     _nvfp4.quantize(x, values, scales, glob, global_scale, layout, _stream(x))
     return values, scales_ret, glob

@@ -4,7 +4,8 @@ built from a ModelOpt or compressed-tensors checkpoint.
 
 The ops are registered with ``torch.library.Library`` define/impl (cheaper per call than
 ``@torch.library.custom_op``): ``nvfp4::gemm``, ``nvfp4::gemv``, ``nvfp4::dual_gemm``,
-``nvfp4::grouped_gemm``, ``nvfp4::quantize``.
+``nvfp4::grouped_gemm``, ``nvfp4::grouped_gemm_moe`` (the MoE form: tokens, stacked expert
+weights, int32 offsets), ``nvfp4::quantize``.
 """
 
 import torch
@@ -18,6 +19,9 @@ _lib.define(
     "dual_gemm(Tensor a, Tensor sfa, Tensor b1, Tensor sfb1, Tensor b2, Tensor sfb2, float? alpha=None) -> Tensor"
 )
 _lib.define("grouped_gemm(Tensor[] a, Tensor[] sfa, Tensor[] b, Tensor[] sfb, float[]? alpha=None) -> Tensor[]")
+_lib.define(
+    "grouped_gemm_moe(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor offsets, float? alpha=None) -> Tensor"
+)
 _lib.define("quantize(Tensor x, float? global_scale=None, str layout='plain') -> (Tensor, Tensor, Tensor)")
 
 
@@ -42,6 +46,10 @@ def _grouped(a, sfa, b, sfb, alpha=None):
     return _nv.grouped_gemm(list(zip(a, sfa, b, sfb)), alpha=alpha)
 
 
+def _grouped_moe(a, sfa, b, sfb, offsets, alpha=None):
+    return _nv.grouped_gemm((a, sfa, b, sfb), offsets=offsets, alpha=alpha)
+
+
 def _quantize(x, global_scale=None, layout="plain"):
     return _nv.quantize(x, global_scale, layout)
 
@@ -51,6 +59,7 @@ for _name, _fn in (
     ("gemv", _gemv),
     ("dual_gemm", _dual),
     ("grouped_gemm", _grouped),
+    ("grouped_gemm_moe", _grouped_moe),
     ("quantize", _quantize),
 ):
     _lib.impl(_name, _fn, "CPU")
@@ -75,6 +84,11 @@ def _dual_fake(a, sfa, b1, sfb1, b2, sfb2, alpha=None):
 @torch.library.register_fake("nvfp4::grouped_gemm")
 def _grouped_fake(a, sfa, b, sfb, alpha=None):
     return [_out(x, y.shape[-2]) for x, y in zip(a, b)]
+
+
+@torch.library.register_fake("nvfp4::grouped_gemm_moe")
+def _grouped_moe_fake(a, sfa, b, sfb, offsets, alpha=None):
+    return _out(a, b.shape[-2])
 
 
 @torch.library.register_fake("nvfp4::quantize")

@@ -1,0 +1,88 @@
+//! `grouped_gemm_moe`: the MoE form of the grouped GEMM, as `torch._grouped_mm` takes it with
+//! `offs`: the tokens sorted by expert in one tensor, every expert's weights in one `[E, N, K]`
+//! tensor (rows are N, like a `Linear` weight), and int32 cumulative end rows per expert. On the
+//! GPU the offsets stay in device memory (never read by the host: a captured CUDA graph can
+//! change them between replays); on the CPU they are checked and run on the exact reference.
+
+use nvfp4::backend::cuda::{DeviceOp, I32View};
+use nvfp4::{Backend, CpuBackend, MoeGemm};
+use pyo3::prelude::*;
+
+use crate::error::{value, IntoPy, PyResult};
+use crate::operand::{check_out, out_view};
+use crate::ops::{check_alpha, f16_bytes, key, launch, Call};
+use crate::tensor::{Device, Dtype};
+
+/// The bound-op cache's name of this operation (the others are 1 to 3, in `ops`).
+const OP_MOE: u64 = 4;
+
+/// Row t of the output, for t in `offsets[e-1]..offsets[e]` (`0..offsets[0]` for e = 0), is
+/// `f16(alpha · Σ_k A[t, k] · B[e, n, k])`. Rows at or past `offsets[E-1]` belong to no expert
+/// and are left as they are, on both backends.
+#[pyfunction]
+#[pyo3(signature = (a, sfa, b, sfb, offsets, out, alpha=None, layout=None, stream=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn grouped_gemm_moe(
+    py: Python<'_>,
+    a: &Bound<'_, PyAny>,
+    sfa: &Bound<'_, PyAny>,
+    b: &Bound<'_, PyAny>,
+    sfb: &Bound<'_, PyAny>,
+    offsets: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+    alpha: Option<f32>,
+    layout: Option<&str>,
+    stream: Option<u64>,
+) -> PyResult<()> {
+    let mut call = Call::new(stream, layout)?;
+    let a = call.operand(a, sfa, "a", "sfa")?;
+    let b = call.operand(b, sfb, "b", "sfb")?;
+    let offsets = call.tensor(offsets, "offsets")?;
+    let out = call.tensor(out, "out")?;
+    check_alpha(alpha)?;
+    if a.meta.l != 1 {
+        return Err(value(format!(
+            "moe gemm: a must be [T, K/2] or [1, T, K/2] (the tokens, sorted by expert), got shape {:?}",
+            a.values.shape
+        )));
+    }
+    if b.flat {
+        return Err(value(format!(
+            "moe gemm: b must be [E, N, K/2] (one weight per expert), got shape {:?}",
+            b.values.shape
+        )));
+    }
+    if a.meta.k != b.meta.k {
+        return Err(value(format!("moe gemm: reduction lengths differ (K = {} vs {})", a.meta.k, b.meta.k)));
+    }
+    let (t, n, e) = (a.meta.rows, b.meta.rows, b.meta.l);
+    if offsets.dtype != Dtype::I32 {
+        return Err(value(format!("offsets: must be int32, got {}", offsets.dtype)));
+    }
+    if offsets.shape != [e] {
+        return Err(value(format!(
+            "offsets: must be [E] = [{e}] (the end row of each expert's tokens, cumulative), got shape {:?}",
+            offsets.shape
+        )));
+    }
+    let shape = [1, t, n];
+    check_out(&out, shape, a.flat)?;
+    match call.device() {
+        Device::Cpu => {
+            let ends = offsets.host_bytes(4)?.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+            let p = MoeGemm::new(a.to_host()?, b.to_host()?, ends.collect(), alpha).py()?;
+            let routed = p.routed_tokens();
+            let c = py.detach(move || CpuBackend.moe_gemm(&p)).py()?;
+            out.write_host_prefix(&f16_bytes(&c)[..routed * n * 2], 2)
+        }
+        Device::Cuda(d) => {
+            let (av, bv, cv) = (a.view()?, b.view()?, out_view(&out, shape)?);
+            // SAFETY: a CUDA int32 tensor of the call's device holding exactly E values, dense
+            // (checked above and at import), kept alive by the caller's framework while the
+            // enqueued kernels run; the kernels clamp its values into [0, T].
+            let ov = unsafe { I32View::from_raw(offsets.ptr, e) }.py()?;
+            let k = key(OP_MOE, &[&a, &b], &[&out, &offsets], &[alpha]);
+            launch(py, &call, d, k, || DeviceOp::MoeGemm { a: &av, b: &bv, offsets: &ov, alpha, c: &cv })
+        }
+    }
+}
