@@ -84,15 +84,17 @@ pub fn quantize(
     out.values.writable()?;
     out.scales.writable()?;
     // The global scale: None (ModelOpt, from x's amax), a float, or a one-float tensor.
+    // A tensor is imported before any float conversion: `extract::<f32>` would go through
+    // `__float__`, a host read (a synchronisation, and no device-scalar path under capture).
     let given: Option<Result<f32, Tensor>> = match global_scale.filter(|g| !g.is_none()) {
         None => None,
+        Some(g) if g.hasattr("__dlpack__")? => {
+            let t = imports.tensor(g, "global_scale")?;
+            check_scalar(&t)?;
+            Some(Err(t))
+        }
         Some(g) => match g.extract::<f32>() {
             Ok(v) => Some(Ok(v)),
-            Err(_) if g.hasattr("__dlpack__")? => {
-                let t = imports.tensor(g, "global_scale")?;
-                check_scalar(&t)?;
-                Some(Err(t))
-            }
             Err(_) => return Err(kind("global_scale must be None, a float or a one-element float32 tensor")),
         },
     };

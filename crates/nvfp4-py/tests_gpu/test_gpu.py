@@ -222,6 +222,34 @@ def test_quantize_bit_identical_to_cpu(dtype, layout):
     assert gg.item() == cg.item() == 1.0
 
 
+
+def test_quantize_device_global_scale_under_capture():
+    """A one-float CUDA tensor as the global scale is read by the kernel, not by the host: a
+    captured graph follows a new value written into it between replays."""
+    torch.manual_seed(5)
+    x = torch.randn(256, 512, device=DEV, dtype=torch.bfloat16)
+    gs = torch.tensor([0.37], device=DEV)
+    vals = torch.empty(256, 256, dtype=torch.uint8, device=DEV)
+    scales = torch.empty(256, 32, dtype=torch.uint8, device=DEV)
+    glob = torch.empty(1, dtype=torch.float32, device=DEV)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        nvfp4.quantize(x, gs, out=(vals, scales, glob))  # warm-up (compiles, binds)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        nvfp4.quantize(x, gs, out=(vals, scales, glob))
+    for value in (0.37, 0.011, 2.5):
+        gs.fill_(value)
+        vals.fill_(0xAB)
+        graph.replay()
+        torch.cuda.synchronize()
+        cv, csc, cg = nvfp4.quantize(x.cpu(), value)
+        assert torch.equal(vals.cpu(), cv), value
+        assert torch.equal(scales.cpu(), csc.view(torch.uint8)), value
+        assert glob.item() == cg.item() == torch.tensor(value).item()
+
 def test_torch_compile(g):
     a, sfa = operand(g, 1, 128, 256)
     b, sfb = operand(g, 1, 256, 256)
