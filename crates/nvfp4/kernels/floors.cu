@@ -23,13 +23,18 @@ NVFP4_DEVICE void finish(u32 acc, u32* out) {
 }
 
 // Words [first, end) step `stride`, U 16-byte loads in flight per thread (evict-first, the GEMV's
-// streaming load).
+// streaming load). The lanes of a warp read consecutive words (`first` is lane + a warp-uniform
+// base, `stride` a multiple of 32).
+// NOTE: the unrolled loop's condition must be the same for every lane: a `__syncwarp()` reached by
+// part of a warp is undefined, and hung the H200 (7168x2048x4's 33 MB, 528 CTAs of one contiguous
+// range each, chained in a graph). The tail loop, with no warp barrier, takes the ragged end.
 template <int U>
 NVFP4_DEVICE u32 sum_words(const uint4* p, u64 first, u64 end, u64 stride) {
   const u64 pol = ptx::policy_evict_first();
+  const u64 lane_end = 31 - (threadIdx.x % 32);  // the warp's last word is i + lane_end
   u32 acc = 0;
   u64 i = first;
-  for (; i + (U - 1) * stride < end; i += U * stride) {
+  for (; i + (U - 1) * stride + lane_end < end; i += U * stride) {
     uint4 v[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) v[u] = ptx::ld_stream_v4(p + i + u * stride, pol);

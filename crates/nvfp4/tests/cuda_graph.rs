@@ -85,7 +85,13 @@ fn floor_kernels_run_cold_and_in_a_graph() {
     })
     .unwrap();
     assert!(g.time_us(1, 3).unwrap().median() > 0.0);
-    let bad = ReadSetting { ctas_per_sm: 0, ..setting };
-    assert!(floors.launch_read(bad, &src, &sums[0], false).is_err());
+    for bad in [ReadSetting { ctas_per_sm: 0, ..setting }, ReadSetting { threads: 100, ..setting }] {
+        assert!(floors.launch_read(bad, &src, &sums[0], false).is_err());
+    }
+    // A ragged range (not a whole number of warps per CTA) in a chained graph: the case that hung
+    // a warp barrier reached by part of a warp.
+    let ragged = floors.source(33_030_144 + 48).unwrap();
+    let g = Graph::capture(b.stream(), 24, |i| floors.launch_read(setting, &ragged, &sums[i % 2], i > 0)).unwrap();
+    assert!(g.time_us(1, 2).unwrap().median() > 0.0);
     b.sync().unwrap();
 }

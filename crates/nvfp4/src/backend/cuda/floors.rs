@@ -48,7 +48,7 @@ pub struct ReadSetting {
     pub kernel: ReadKernel,
     /// CTAs per SM (the grid is this times the SM count).
     pub ctas_per_sm: u32,
-    /// Threads per CTA (at most 1024).
+    /// Threads per CTA: a multiple of 32, at most 1024.
     pub threads: u32,
 }
 
@@ -126,10 +126,9 @@ impl Floors {
     /// [`Floors::launch_empty`]. `src` and `sums` must stay alive until the read has run (the
     /// caller synchronises the stream, or keeps them as long as a graph that holds the launch).
     pub fn launch_read(&self, setting: ReadSetting, src: &ReadSource, sums: &ReadSums, chain: bool) -> Result<()> {
-        if setting.ctas_per_sm == 0
-            || setting.ctas_per_sm > MAX_READ_CTAS_PER_SM
-            || !(32..=1024).contains(&setting.threads)
-        {
+        // Whole warps: the kernels' unrolled loop needs every lane of a warp to agree on it.
+        let threads_ok = (32..=1024).contains(&setting.threads) && setting.threads.is_multiple_of(32);
+        if setting.ctas_per_sm == 0 || setting.ctas_per_sm > MAX_READ_CTAS_PER_SM || !threads_ok {
             return Err(Error::Invalid(format!("streaming read grid {setting}")));
         }
         let func = &self.reads[setting.kernel.index()];
