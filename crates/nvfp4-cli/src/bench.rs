@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use nvfp4::bench::{self, Options, ShapeSet, DEFAULT_SAMPLES, DEFAULT_WARMUP};
+use nvfp4::bench::{self, Options, Protocol, ShapeSet, DEFAULT_SAMPLES, DEFAULT_WARMUP};
 use nvfp4::ProblemKind;
 
 use crate::exit::Outcome;
@@ -22,7 +22,13 @@ pub struct Args {
     /// prints to stdout: the table stays on stdout here).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Timed samples per measurement, each with the L2 flushed (at least 20).
+    /// Timing protocol (SPEC §7): cold (one launch per sample, L2 flushed before it) or graph
+    /// (N launches in one CUDA graph over rotating input sets, chained with programmatic
+    /// dependent launch where the kernel supports it; µs per launch).
+    #[arg(long, default_value = "cold", value_parser = parse_mode)]
+    mode: Protocol,
+    /// Timed samples per measurement (at least 20): launches with the L2 flushed (cold), or graph
+    /// replays (graph).
     #[arg(long, default_value_t = DEFAULT_SAMPLES)]
     samples: usize,
     /// Warm-up launches before the timed samples.
@@ -31,6 +37,10 @@ pub struct Args {
 }
 
 fn parse_problem(s: &str) -> Result<ProblemKind, String> {
+    s.parse().map_err(|e: nvfp4::Error| e.to_string())
+}
+
+fn parse_mode(s: &str) -> Result<Protocol, String> {
     s.parse().map_err(|e: nvfp4::Error| e.to_string())
 }
 
@@ -44,6 +54,7 @@ pub fn main(args: Args) -> Outcome {
         shapes: args.shapes,
         samples: args.samples,
         warmup: args.warmup,
+        mode: args.mode,
     };
     let report = bench::run(&opts, &mut |line| eprintln!("{line}"))?;
     print!("{}", report.table());

@@ -4,6 +4,8 @@
 //! `dev_gemv_diag timing`      GEMV bench shapes, L2 cold by rotation and by a memset flush
 //! `dev_gemv_diag profile`     a few flushed launches per shape, a target for ncu
 //! `dev_gemv_diag fixed-cost`  empty kernel and pure streaming reads of the GEMV's byte count
+//!                             (the library's floor kernels, kernels/floors.cu, over more grids
+//!                             than `nvfp4 bench` tries)
 //!
 //! Every GEMV configuration is checked bit-exactly against the CPU reference before it is timed.
 
@@ -146,68 +148,6 @@ fn gemv_profile_target() {
 
 // ---- fixed-cost diagnostic ---------------------------------------------------------------------
 
-/// Diagnostic kernels: an empty kernel (the harness floor) and a pure streaming read (sum of every
-/// 16 B word, one f32 per CTA), grid-strided (`i`, loads interleaved over the buffer) or
-/// contiguous per CTA (`c`), U loads in flight per thread, with the GEMV's load flavour
-/// (`ef`: nc, L1::no_allocate, L2 evict_first, 256 B prefetch) or a plain nc load (`nc`).
-const DIAG_SOURCE: &str = r#"
-#include "ptx.cuh"
-extern "C" __global__ void diag_empty() {}
-template <int U, bool EF>
-__device__ __forceinline__ uint4 ld(const uint4* p, u64 pol) { return EF ? ptx::ld_stream_v4(p, pol) : ptx::ld_nc_v4(p); }
-__device__ __forceinline__ void finish(u32 acc, float* out) {
-  __shared__ u32 s;
-  if (threadIdx.x == 0) s = 0;
-  __syncthreads();
-  for (int o = 16; o; o /= 2) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o);
-  if (threadIdx.x % 32 == 0) atomicAdd(&s, acc);
-  __syncthreads();
-  if (threadIdx.x == 0) out[blockIdx.x] = (float)s;
-}
-template <int U, bool EF>
-__device__ void read_i(const uint4* p, u64 n, float* out) {
-  const u64 pol = ptx::policy_evict_first();
-  const u64 stride = (u64)gridDim.x * blockDim.x;
-  u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-  u32 acc = 0;
-  for (; i + (U - 1) * stride < n; i += U * stride) {
-    uint4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) v[u] = ld<U, EF>(p + i + u * stride, pol);
-    __syncwarp();  // keeps ptxas from interleaving the adds with the loads (U loads in flight)
-#pragma unroll
-    for (int u = 0; u < U; ++u) acc += v[u].x + v[u].y + v[u].z + v[u].w;
-  }
-  for (; i < n; i += stride) { uint4 v = ld<U, EF>(p + i, pol); acc += v.x + v.y + v.z + v.w; }
-  finish(acc, out);
-}
-template <int U, bool EF>
-__device__ void read_c(const uint4* p, u64 n, float* out) {
-  const u64 pol = ptx::policy_evict_first();
-  const u64 per = (n + gridDim.x - 1) / gridDim.x;
-  const u64 b0 = blockIdx.x * per, b1 = min(n, b0 + per);
-  u64 i = b0 + threadIdx.x;
-  const u64 stride = blockDim.x;
-  u32 acc = 0;
-  for (; i + (U - 1) * stride < b1; i += U * stride) {
-    uint4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) v[u] = ld<U, EF>(p + i + u * stride, pol);
-    __syncwarp();  // keeps ptxas from interleaving the adds with the loads (U loads in flight)
-#pragma unroll
-    for (int u = 0; u < U; ++u) acc += v[u].x + v[u].y + v[u].z + v[u].w;
-  }
-  for (; i < b1; i += stride) { uint4 v = ld<U, EF>(p + i, pol); acc += v.x + v.y + v.z + v.w; }
-  finish(acc, out);
-}
-#define K(name, f, U, EF) extern "C" __global__ void __launch_bounds__(1024, 1) name(const uint4* p, u64 n, float* out) { f<U, EF>(p, n, out); }
-K(diag_i4_ef, read_i, 4, true) K(diag_i8_ef, read_i, 8, true) K(diag_i4_nc, read_i, 4, false)
-K(diag_i8_nc, read_i, 8, false) K(diag_c4_ef, read_c, 4, true) K(diag_c8_ef, read_c, 8, true)
-"#;
-
-const DIAG_MODULE: nvfp4::backend::cuda::KernelModule =
-    nvfp4::backend::cuda::KernelModule { file: "diag.cu", source: DIAG_SOURCE, symbols: &[] };
-
 /// Compiles and loads a diagnostic module.
 fn load_diag(
     b: &CudaBackend,
@@ -266,8 +206,8 @@ unsafe impl cudarc::driver::DeviceRepr for DiagGemvParams {}
 /// `NVFP4_DIAG_OLD_GEMV` may name a previous gemv.cu to time beside the current one.
 fn gemv_fixed_cost() {
     use cudarc::driver::{CudaModule, DevicePtr, LaunchConfig, PushKernelArg};
-    use nvfp4::backend::cuda::GemvConfig;
     use nvfp4::backend::cuda::KernelModule;
+    use nvfp4::backend::cuda::{GemvConfig, ReadKernel, ReadSetting};
     use nvfp4::bench::Timer;
     use std::sync::Arc;
 
@@ -279,26 +219,16 @@ fn gemv_fixed_cost() {
     let sms = b.sm_count() as usize;
     println!("device {} ({sms} SMs), L2 {} MB, copy {copy_tbps:.3} TB/s", b.device_name(), timer.l2_bytes() >> 20);
 
-    let diag = load_diag(&b, &DIAG_MODULE);
+    // The library's floor kernels (kernels/floors.cu), what `nvfp4 bench` measures floors with.
+    let floors = b.floors().unwrap();
     let cfg = |grid: usize, threads: usize, smem: usize| LaunchConfig {
         grid_dim: (grid as u32, 1, 1),
         block_dim: (threads as u32, 1, 1),
         shared_mem_bytes: smem as u32,
     };
-    let empty = diag.load_function("diag_empty").unwrap();
-    let t_empty = time_enqueued(&b, Some(&timer), SAMPLES, |_| unsafe {
-        s.launch_builder(&empty).launch(cfg(1, 32, 0)).unwrap();
-    });
-    let t_empty_full = time_enqueued(&b, Some(&timer), SAMPLES, |_| unsafe {
-        s.launch_builder(&empty).launch(cfg(2 * sms, 256, 0)).unwrap();
-    });
-    let t_empty_noflush = time_enqueued(&b, None, SAMPLES, |_| unsafe {
-        s.launch_builder(&empty).launch(cfg(1, 32, 0)).unwrap();
-    });
-    println!(
-        "(a) empty kernel: {t_empty:.2} us (1x32), {t_empty_full:.2} us ({}x256), no flush {t_empty_noflush:.2} us",
-        2 * sms
-    );
+    let t_empty = time_enqueued(&b, Some(&timer), SAMPLES, |_| floors.launch_empty(false).unwrap());
+    let t_empty_noflush = time_enqueued(&b, None, SAMPLES, |_| floors.launch_empty(false).unwrap());
+    println!("(a) empty kernel: {t_empty:.2} us (1x32), no flush {t_empty_noflush:.2} us");
 
     // GEMV variants compiled here: the current source at both pipeline depths, and an older one.
     let leak = |text: String| -> &'static str { Box::leak(text.into_boxed_str()) };
@@ -317,7 +247,7 @@ fn gemv_fixed_cost() {
         variants.push(("old".into(), load_diag(&b, &m)));
     }
 
-    let reads = ["diag_i4_ef", "diag_i8_ef", "diag_i4_nc", "diag_i8_nc", "diag_c4_ef", "diag_c8_ef"];
+    let reads = [ReadKernel::Strided4, ReadKernel::Strided8, ReadKernel::Contiguous8];
     let grids = [(256, 2), (256, 4), (256, 8), (512, 2), (512, 4), (1024, 1), (1024, 2)];
     let mut table = Vec::new();
     for (si, shape) in bench_shapes(ProblemKind::Gemv).iter().enumerate() {
@@ -325,30 +255,26 @@ fn gemv_fixed_cost() {
         let reference = p.run(&CpuBackend).unwrap();
         let bytes = p.bytes() as usize;
         let floor = bytes as f64 / (copy_tbps * 1e6);
-        // (b) streaming reads of the same byte count, non-zero data.
-        let n16 = bytes / 16;
+        // (b) streaming reads of the same byte count (the library's read kernels).
         let sets = (3 * timer.l2_bytes()).div_ceil(bytes) + 1;
-        let host: Vec<u8> = (0..n16 * 16).map(|i| ((i as u32).wrapping_mul(2654435761) >> 24) as u8).collect();
-        let bufs: Vec<_> = (0..sets).map(|_| s.clone_htod(&host).unwrap()).collect();
-        let out = s.alloc_zeros::<f32>(8192).unwrap();
-        let n = n16 as u64;
-        let mut best = (f64::INFINITY, String::new(), "", 0usize, 0usize);
-        for name in reads {
-            let f = diag.load_function(name).unwrap();
-            for (threads, per_sm) in grids {
-                let grid = sms * per_sm;
-                let t = time_enqueued(&b, Some(&timer), SAMPLES, |_| unsafe {
-                    s.launch_builder(&f).arg(&bufs[0]).arg(&n).arg(&out).launch(cfg(grid, threads, 0)).unwrap();
+        let bufs: Vec<_> = (0..sets).map(|_| floors.source(bytes).unwrap()).collect();
+        let sums = floors.sums().unwrap();
+        let mut best: Option<(f64, ReadSetting)> = None;
+        for kernel in reads {
+            for (threads, ctas_per_sm) in grids {
+                let setting = ReadSetting { kernel, ctas_per_sm, threads };
+                let t = time_enqueued(&b, Some(&timer), SAMPLES, |_| {
+                    floors.launch_read(setting, &bufs[0], &sums, false).unwrap()
                 });
-                println!("  {shape} read {name} {grid}x{threads}: {t:.2} us");
-                if t < best.0 {
-                    best = (t, format!("{name} {grid}x{threads}"), name, grid, threads);
+                println!("  {shape} read {setting}: {t:.2} us");
+                if best.is_none_or(|(bt, _)| t < bt) {
+                    best = Some((t, setting));
                 }
             }
         }
-        let f = diag.load_function(best.2).unwrap();
-        let read_rot = time_enqueued(&b, None, SAMPLES, |i| unsafe {
-            s.launch_builder(&f).arg(&bufs[i % sets]).arg(&n).arg(&out).launch(cfg(best.3, best.4, 0)).unwrap();
+        let (best_us, best_setting) = best.unwrap();
+        let read_rot = time_enqueued(&b, None, SAMPLES, |i| {
+            floors.launch_read(best_setting, &bufs[i % sets], &sums, false).unwrap()
         });
         drop(bufs);
 
@@ -449,9 +375,9 @@ fn gemv_fixed_cost() {
             bytes as f64 / 1e6,
             floor,
             t_empty,
-            best.0,
-            100.0 * floor / best.0,
-            best.1,
+            best_us,
+            100.0 * floor / best_us,
+            best_setting,
             read_rot,
             gemv,
             100.0 * floor / gemv,

@@ -1,10 +1,12 @@
 //! What `nvfp4::bench` computes without a GPU: statistics, geometric means, the speed-of-light
-//! arithmetic, row and report JSON, the terminal table, the peer's f16 operands and its check.
+//! and read-ceiling arithmetic, the graph protocol's rotation, row and report JSON, the terminal
+//! table, the peer's f16 operands and its check.
 
 use half::f16;
 use nvfp4::bench::{
-    check_mode, check_peer, dequantize_f16, fail_verdict, geomean, geomeans, iso8601_utc, tbps, tflops, Ceilings,
-    Measurement, Options, PeerAgreement, Report, Row, Samples, ShapeSet, MIN_SAMPLES, PASS,
+    check_mode, check_peer, dequantize_f16, fail_verdict, geomean, geomeans, input_bytes, iso8601_utc, tbps, tflops,
+    Ceilings, GraphRun, LaunchFloor, Measurement, Options, PeerAgreement, Protocol, Report, Rotation, Row, Samples,
+    ShapeSet, MIN_GRAPH_LAUNCHES, MIN_SAMPLES, PASS,
 };
 use nvfp4::check::Mode;
 use nvfp4::problem::{bench_shapes, generate};
@@ -102,6 +104,10 @@ fn measurement(kernel: Option<Vec<f64>>, peer: Option<Vec<f64>>, verdict: &str) 
         verdict: verdict.to_string(),
         config: "tile 64x128".into(),
         peer_config: "cublasLt f16 TN".into(),
+        read: None,
+        read_config: String::new(),
+        graph: None,
+        peer_graph: None,
     }
 }
 
@@ -171,7 +177,9 @@ fn report() -> Report {
         driver: "13.0".into(),
         date: iso8601_utc(1_700_000_000),
         shapes: "bench".into(),
+        mode: "cold".into(),
         ceilings: H100,
+        launch_floor: Some(LaunchFloor { cold_us: 3.25, graph_us: 1.5, graph_unchained_us: 2.0 }),
         samples: 30,
         warmup: 10,
         geomean: geomeans(&rows),
@@ -350,4 +358,117 @@ fn peer_check_is_loose_but_not_blind() {
     assert!(check_peer(&out(&[1.5, -2.0, 100.0]), &reference).is_err());
     assert!(check_peer(&out(&[1.0, f32::NAN, 100.0]), &reference).is_err());
     assert!(check_peer(&out(&[1.0, -2.0]), &out(&[1.0, -2.0, 3.0])).is_err());
+}
+
+#[test]
+fn read_fraction_is_the_read_ceiling_over_the_kernel() {
+    let mut m = measurement(Some(vec![25.0, 20.0, 30.0]), Some(vec![60.0]), PASS);
+    m.read = Some(Samples::new(vec![19.0, 21.0, 23.0]).unwrap());
+    m.read_config = "strided x4, 2/SM x 256".into();
+    let r = Row::new(&m, &H100);
+    assert_eq!(r.read_us, Some(21.0));
+    assert!(close(r.read_fraction.unwrap(), 21.0 / 25.0));
+    assert_eq!(r.read_config, "strided x4, 2/SM x 256");
+    // A failed kernel keeps its read ceiling but has no fraction; a missing ceiling has neither.
+    m.kernel = None;
+    let failed = Row::new(&m, &H100);
+    assert_eq!((failed.read_us, failed.read_fraction), (Some(21.0), None));
+    let none = Row::new(&measurement(Some(vec![10.0]), None, PASS), &H100);
+    assert_eq!((none.read_us, none.read_fraction), (None, None));
+    // Geometric means need the fraction on every row of the problem.
+    let rows = [Row::new(&measurement(Some(vec![10.0]), None, PASS), &H100), r.clone()];
+    assert_eq!(geomeans(&rows)[0].read_fraction, None);
+    let g = geomeans(&[r.clone(), r]);
+    assert!(close(g[0].read_fraction.unwrap(), 21.0 / 25.0));
+}
+
+#[test]
+fn rotation_totals_more_than_three_l2_in_whole_rounds() {
+    let l2 = 60 << 20;
+    // 66 MB GEMV weights: 3 sets read 198 MB > 180 MB; 21 launches = 7 whole rounds.
+    let r = Rotation::new(66_060_288, l2);
+    assert_eq!((r.sets, r.launches), (3, 21));
+    assert!(r.dram_cold(l2));
+    assert_eq!((r.set_of(0), r.set_of(2), r.set_of(3), r.set_of(20)), (0, 2, 0, 2));
+    // 8 MB: 23 sets, one round each.
+    let r = Rotation::new(8_300_000, l2);
+    assert_eq!((r.sets, r.launches), (23, 23));
+    assert!(r.dram_cold(l2) && r.sets as u64 * r.set_bytes > 3 * l2 as u64);
+    // A set larger than 3x L2 still alternates between two.
+    let r = Rotation::new(1 << 30, l2);
+    assert_eq!((r.sets, r.launches), (2, MIN_GRAPH_LAUNCHES));
+    // Tiny sets are capped (and say the L2 stays warm); huge ones by memory, never below 2.
+    let r = Rotation::new(18_432, l2);
+    assert_eq!(r.sets, nvfp4::bench::graph::MAX_SETS);
+    assert!(!r.dram_cold(l2));
+    assert!(r.launches >= MIN_GRAPH_LAUNCHES && r.launches.is_multiple_of(r.sets));
+    let r = Rotation::new(6_000_000_000, l2);
+    assert_eq!(r.sets, 2);
+    for bytes in [1, 1000, 7_000_000, 33_030_144, 500_000_000] {
+        let r = Rotation::new(bytes, l2);
+        assert!(r.sets >= 2 && r.launches >= MIN_GRAPH_LAUNCHES && r.launches.is_multiple_of(r.sets), "{bytes}: {r:?}");
+        assert!(r.sets as u64 * r.set_bytes <= nvfp4::bench::graph::MAX_SET_BYTES.max(2 * bytes));
+    }
+}
+
+#[test]
+fn input_bytes_leave_out_the_output() {
+    for shape in [
+        Shape::Gemv { m: 256, k: 512, l: 2 },
+        Shape::Gemm { m: 128, n: 256, k: 256, l: 1 },
+        bench_shapes(ProblemKind::GroupedGemm).remove(3),
+    ] {
+        let p = generate(&shape, 1).unwrap();
+        let reference = p.run(&nvfp4::CpuBackend).unwrap();
+        let out: u64 = reference.tensors().iter().map(|t| 2 * t.data().len() as u64).sum();
+        assert_eq!(input_bytes(&p, &reference) + out, p.bytes(), "{shape}");
+    }
+    // GEMV 256x512x2: A 2*256*(256 + 32) bytes, B 2*(256 + 32).
+    let p = generate(&Shape::Gemv { m: 256, k: 512, l: 2 }, 1).unwrap();
+    assert_eq!(input_bytes(&p, &p.run(&nvfp4::CpuBackend).unwrap()), 2 * 256 * 288 + 2 * 288);
+}
+
+#[test]
+fn protocols_parse_and_print() {
+    assert_eq!("cold".parse::<Protocol>().unwrap(), Protocol::Cold);
+    assert_eq!("graph".parse::<Protocol>().unwrap(), Protocol::Graph);
+    assert!(matches!("warm".parse::<Protocol>(), Err(Error::Invalid(_))));
+    assert_eq!(Protocol::Graph.to_string(), "graph");
+    assert_eq!(Options::default().mode, Protocol::Cold);
+}
+
+#[test]
+fn json_and_table_say_which_protocol() {
+    let mut r = report();
+    let v: serde_json::Value = serde_json::from_str(&r.to_json().unwrap()).unwrap();
+    assert_eq!(v["mode"], "cold");
+    assert_eq!(v["launch_floor"]["cold_us"], 3.25);
+    assert_eq!(v["launch_floor"]["graph_us"], 1.5);
+    for key in ["read_us", "read_fraction", "read_config", "graph", "peer_graph"] {
+        assert!(v["rows"][0].get(key).is_some(), "row field `{key}` missing");
+    }
+    assert!(v["rows"][0]["graph"].is_null() && v["rows"][0]["read_us"].is_null());
+    assert!(v["geomean"][0].get("read_fraction").is_some());
+    let t = r.table();
+    assert!(t.contains("protocol: cold single launch"), "{t}");
+    assert!(t.contains("launch floor (empty kernel): cold 3.25 µs, graph 1.50 µs"), "{t}");
+    assert!(t.lines().any(|l| l.starts_with("problem") && l.contains("read µs") && l.contains("%read")));
+
+    r.mode = "graph".into();
+    let mut m = measurement(Some(vec![20.0]), Some(vec![60.0]), PASS);
+    m.read = Some(Samples::new(vec![18.0]).unwrap());
+    m.graph = Some(GraphRun { launches: 21, sets: 3, dram_cold: true, chained: true });
+    m.peer_graph = Some(GraphRun { launches: 20, sets: 2, dram_cold: true, chained: false });
+    r.rows = vec![Row::new(&m, &H100)];
+    let t = r.table();
+    assert!(t.contains("protocol: graph"), "{t}");
+    assert!(t.contains("graph (nvfp4): 21 launches over 3 input sets, PDL-chained"), "{t}");
+    assert!(t.contains("graph (peer): 20 launches over 2 input sets\n"), "{t}");
+    assert!(t.contains("90.0"), "read fraction 18/20 in the table: {t}");
+    let v: serde_json::Value = serde_json::from_str(&r.to_json().unwrap()).unwrap();
+    assert_eq!(v["mode"], "graph");
+    assert_eq!(v["rows"][0]["graph"]["launches"], 21);
+    assert_eq!(v["rows"][0]["graph"]["chained"], true);
+    assert_eq!(v["rows"][0]["peer_graph"]["sets"], 2);
+    assert_eq!(v["rows"][0]["read_fraction"], 0.9);
 }

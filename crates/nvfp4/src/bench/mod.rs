@@ -1,25 +1,34 @@
-//! `nvfp4 bench` as a library (SPEC §7): time every kernel with the L2 cold per sample, CUDA
-//! events, warm-up and the median over at least 20 samples; measure the copy bandwidth and the
-//! FP16 tensor rate in the same run; compare with the speed of light and with a cuBLASLt FP16
-//! peer on pre-dequantized operands; never time a kernel that failed its check.
+//! `nvfp4 bench` as a library (SPEC §7): time every kernel under one of two protocols
+//! ([`Protocol`]): cold (the L2 flushed per sample, CUDA events, warm-up, the median over at least
+//! 20 samples) or graph (N launches in one CUDA graph over rotating input sets, µs per launch);
+//! measure the copy bandwidth, the FP16 tensor rate and the launch floor in the same run, and a
+//! read ceiling per row; compare with the speed of light and with a cuBLASLt FP16 peer on
+//! pre-dequantized operands timed the same way; never time a kernel that failed its check.
 //!
-//! Layers: [`stats`] and [`report`] are pure (tested without a GPU); [`timer`], [`ceilings`] and
-//! the [`Peer`] run on the device; [`lt`] (cuBLASLt's raw API) and `gpu` (library probes) hold
+//! Layers: [`stats`], [`report`] and [`graph::Rotation`] are pure (tested without a GPU); [`timer`],
+//! [`graph::Graph`], [`ceilings`], [`floors`] and the [`Peer`] run on the device; [`lt`] (cuBLASLt's raw API) and `gpu` (library probes) hold
 //! the module's only `unsafe` code, each block with a `SAFETY` note; [`run`] ties them together.
 
 pub mod ceilings;
+pub mod floors;
 mod gpu;
+pub mod graph;
+mod graph_rows;
 pub mod lt;
 mod peer;
+mod protocol;
 pub mod report;
 mod runner;
 pub mod stats;
 pub mod timer;
 
 pub use ceilings::{tbps, tflops, Ceilings};
+pub use floors::{input_bytes, LaunchFloor, ReadCeiling, READ_SETTINGS};
 pub use gpu::{cublaslt_present, driver_present, open_stream};
+pub use graph::{Graph, GraphRun, Rotation, MIN_GRAPH_LAUNCHES};
 pub use lt::Lt;
 pub use peer::{check_peer, dequantize_f16, Peer, PeerAgreement, PEER_ATOL, PEER_RTOL};
+pub use protocol::Protocol;
 pub use report::{fail_verdict, geomeans, iso8601_utc, Geomean, Measurement, Report, Row, PASS};
 pub use runner::{check_mode, run, Options, ShapeSet, DEFAULT_SAMPLES, DEFAULT_WARMUP, MIN_SAMPLES, SEED};
 pub use stats::{geomean, Samples};

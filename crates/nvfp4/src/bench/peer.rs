@@ -213,7 +213,7 @@ impl<'a> Peer<'a> {
         Ok(Self { lt, bufs, candidates, chosen: 0, assemble })
     }
 
-    /// With more than one candidate layout, times each (L2 cold, short) and keeps the fastest.
+    /// With more than one candidate layout, times each (L2 cold, short) and chooses the fastest.
     pub fn pick_fastest(&mut self, timer: &Timer) -> Result<()> {
         if self.candidates.len() < 2 {
             return Ok(());
@@ -226,9 +226,23 @@ impl<'a> Peer<'a> {
                 best = (us, i);
             }
         }
-        self.candidates = vec![self.candidates.swap_remove(best.1)];
-        self.chosen = 0;
+        self.chosen = best.1;
         Ok(())
+    }
+
+    /// Chooses the layout `other` chose (a peer of the same problem: another input set).
+    pub fn follow(&mut self, other: &Peer<'_>) {
+        if other.chosen < self.candidates.len() {
+            self.chosen = other.chosen;
+        }
+    }
+
+    /// Bytes of the f16 operands one launch reads (every buffer but the outputs).
+    pub fn operand_bytes(&self) -> u64 {
+        let outputs: Vec<usize> = self.candidates.iter().flatten().map(|op| op.c).collect();
+        let elements: usize =
+            self.bufs.iter().enumerate().filter(|(i, _)| !outputs.contains(i)).map(|(_, b)| b.len()).sum();
+        2 * elements as u64
     }
 
     /// Enqueues every GEMM of the chosen sequence on the handle's stream.

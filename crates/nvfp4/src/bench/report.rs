@@ -8,6 +8,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use super::ceilings::{tbps, tflops, Ceilings};
+use super::floors::LaunchFloor;
+use super::graph::GraphRun;
 use super::stats::{geomean, Samples};
 use crate::problem::{ProblemKind, Shape};
 use crate::{Error, Result};
@@ -43,6 +45,15 @@ pub struct Measurement {
     pub config: String,
     /// The peer's GEMMs.
     pub peer_config: String,
+    /// The read ceiling's samples (a pure read of the input bytes, same protocol); `None` when
+    /// it could not be measured.
+    pub read: Option<Samples>,
+    /// The read ceiling's grid setting.
+    pub read_config: String,
+    /// The kernel's graph run (graph protocol only).
+    pub graph: Option<GraphRun>,
+    /// The peer's graph run (graph protocol only).
+    pub peer_graph: Option<GraphRun>,
 }
 
 /// One benchmark row (SPEC §7). Times in µs; `None` (JSON `null`) where nothing was measured.
@@ -74,6 +85,18 @@ pub struct Row {
     pub config: String,
     /// What the peer launches.
     pub peer_config: String,
+    /// Median time of a pure streaming read of the row's input bytes (no decode, best of a few
+    /// grid settings), same protocol: what a memory-bound kernel can reach at this size.
+    pub read_us: Option<f64>,
+    /// `read_us / us_median` (1.0 = as fast as the pure read).
+    pub read_fraction: Option<f64>,
+    /// The read ceiling's grid setting.
+    pub read_config: String,
+    /// Graph protocol: the kernel's launches per graph, input sets, whether they total more than
+    /// 3x L2 and whether launches were chained with programmatic dependent launch; `null` cold.
+    pub graph: Option<GraphRun>,
+    /// The same for the peer.
+    pub peer_graph: Option<GraphRun>,
 }
 
 impl Row {
@@ -82,6 +105,7 @@ impl Row {
         let us_median = m.kernel.as_ref().map(Samples::median);
         let peer_us = m.peer.as_ref().map(Samples::median);
         let sol_us = ceilings.speed_of_light_us(m.bytes, m.flops);
+        let read_us = m.read.as_ref().map(Samples::median);
         Row {
             problem: m.problem.name().to_string(),
             shape: m.shape.to_string(),
@@ -96,6 +120,11 @@ impl Row {
             verdict: m.verdict.clone(),
             config: m.config.clone(),
             peer_config: m.peer_config.clone(),
+            read_us,
+            read_fraction: read_us.zip(us_median).map(|(read, us)| read / us),
+            read_config: m.read_config.clone(),
+            graph: m.graph,
+            peer_graph: m.peer_graph,
         }
     }
 
@@ -115,6 +144,8 @@ pub struct Geomean {
     pub us_median: Option<f64>,
     /// Geometric mean of `sol_fraction`.
     pub sol_fraction: Option<f64>,
+    /// Geometric mean of `read_fraction`.
+    pub read_fraction: Option<f64>,
     /// Geometric mean of `speedup`.
     pub speedup: Option<f64>,
     /// Geometric mean of `peer_us`.
@@ -140,6 +171,7 @@ pub fn geomeans(rows: &[Row]) -> Vec<Geomean> {
                 problem: p.to_string(),
                 us_median: of(|r| r.us_median),
                 sol_fraction: of(|r| r.sol_fraction),
+                read_fraction: of(|r| r.read_fraction),
                 speedup: of(|r| r.speedup),
                 peer_us: of(|r| r.peer_us),
             }
@@ -158,9 +190,13 @@ pub struct Report {
     pub date: String,
     /// Which shape set (`bench`, `test`, `large`).
     pub shapes: String,
+    /// The timing protocol of every row: `cold` or `graph` (SPEC §7).
+    pub mode: String,
     /// The ceilings measured in this run.
     pub ceilings: Ceilings,
-    /// Timed samples per measurement.
+    /// The launch floor under each protocol; `None` when the CUDA backend is unavailable.
+    pub launch_floor: Option<LaunchFloor>,
+    /// Timed samples per measurement (graph protocol: timed replays).
     pub samples: usize,
     /// Warm-up launches before them.
     pub warmup: usize,
@@ -190,6 +226,24 @@ impl Report {
         crate::io::write_bytes_atomically(path, text.as_bytes())
     }
 
+    /// The line that says which protocol the table shows.
+    fn protocol_line(&self) -> String {
+        if self.mode == "graph" {
+            format!(
+                "protocol: graph (N launches captured in one CUDA graph over rotating input sets > 3x L2, chained \
+                 with programmatic dependent launch where the kernel supports it; µs per launch, median of {} \
+                 replays)",
+                self.samples
+            )
+        } else {
+            format!(
+                "protocol: cold single launch (L2 flushed before each sample, CUDA events around the launch; median \
+                 of {} samples, {} warm-up)",
+                self.samples, self.warmup
+            )
+        }
+    }
+
     /// The terminal table: ceilings, one line per shape, then the per-problem geometric means.
     pub fn table(&self) -> String {
         let mut out = String::new();
@@ -198,15 +252,18 @@ impl Report {
         let data_note = c
             .fp16_tflops_nvfp4_data
             .map_or(String::new(), |t| format!(" (random data; {t:.0} on NVFP4 values, not used for SoL)"));
-        let _ = writeln!(
-            out,
-            "ceilings: copy {:.2} TB/s, fp16 {:.0} TFLOP/s{data_note}; {} samples (median), {} warm-up, L2 flushed \
-             per sample",
-            c.copy_tbps, c.fp16_tflops, self.samples, self.warmup
-        );
+        let _ = writeln!(out, "ceilings: copy {:.2} TB/s, fp16 {:.0} TFLOP/s{data_note}", c.copy_tbps, c.fp16_tflops);
+        let _ = writeln!(out, "{}", self.protocol_line());
+        if let Some(f) = &self.launch_floor {
+            let _ = writeln!(
+                out,
+                "launch floor (empty kernel): cold {:.2} µs, graph {:.2} µs per launch chained ({:.2} unchained)",
+                f.cold_us, f.graph_us, f.graph_unchained_us
+            );
+        }
         let header = [
-            "problem", "shape", "µs med", "µs min", "TB/s", "TFLOP/s", "SoL µs", "%SoL", "peer µs", "speedup",
-            "verdict",
+            "problem", "shape", "µs med", "µs min", "TB/s", "TFLOP/s", "SoL µs", "%SoL", "read µs", "%read", "peer µs",
+            "speedup", "verdict",
         ];
         let rows: Vec<Vec<String>> = self
             .rows
@@ -221,16 +278,18 @@ impl Report {
                     num(r.tflops, 1),
                     num(Some(r.sol_us), 1),
                     num(r.sol_fraction.map(|f| 100.0 * f), 1),
+                    num(r.read_us, 1),
+                    num(r.read_fraction.map(|f| 100.0 * f), 1),
                     num(r.peer_us, 1),
                     num(r.speedup, 2),
                     clip(&r.verdict, VERDICT_WIDTH),
                 ]
             })
             .collect();
-        out.push_str(&render(&header, &rows, 2..10));
+        out.push_str(&render(&header, &rows, 2..12));
         if !self.geomean.is_empty() {
             out.push('\n');
-            let header = ["geomean", "µs med", "%SoL", "speedup", "peer µs"];
+            let header = ["geomean", "µs med", "%SoL", "%read", "speedup", "peer µs"];
             let rows: Vec<Vec<String>> = self
                 .geomean
                 .iter()
@@ -239,12 +298,13 @@ impl Report {
                         g.problem.clone(),
                         num(g.us_median, 1),
                         num(g.sol_fraction.map(|f| 100.0 * f), 1),
+                        num(g.read_fraction.map(|f| 100.0 * f), 1),
                         num(g.speedup, 2),
                         num(g.peer_us, 1),
                     ]
                 })
                 .collect();
-            out.push_str(&render(&header, &rows, 1..5));
+            out.push_str(&render(&header, &rows, 1..6));
         }
         if self.rows.iter().any(|r| !r.config.is_empty() || !r.peer_config.is_empty()) {
             out.push_str("\nlaunch configurations:\n");
@@ -252,6 +312,21 @@ impl Report {
                 let _ = writeln!(out, "  {} {}", r.problem, short_shape(&r.shape));
                 let _ = writeln!(out, "    nvfp4: {}", if r.config.is_empty() { "-" } else { &r.config });
                 let _ = writeln!(out, "    peer:  {}", if r.peer_config.is_empty() { "-" } else { &r.peer_config });
+                if !r.read_config.is_empty() {
+                    let _ = writeln!(out, "    read:  {}", r.read_config);
+                }
+                for (who, g) in [("nvfp4", &r.graph), ("peer", &r.peer_graph)] {
+                    if let Some(g) = g {
+                        let _ = writeln!(
+                            out,
+                            "    graph ({who}): {} launches over {} input sets{}{}",
+                            g.launches,
+                            g.sets,
+                            if g.dram_cold { "" } else { " (L2-warm: sets total under 3x L2)" },
+                            if g.chained { ", PDL-chained" } else { "" }
+                        );
+                    }
+                }
             }
         }
         for n in &self.notes {

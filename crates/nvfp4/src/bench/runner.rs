@@ -1,6 +1,7 @@
-//! One benchmark run: open the device, measure the ceilings, then per shape generate the problem,
-//! compute the CPU reference, check the kernel (poison, launch, output) and time it if it passed,
-//! check and time the cuBLASLt peer, and collect the rows.
+//! One benchmark run: open the device, measure the ceilings and the launch floor, then per shape
+//! generate the problem, compute the CPU reference, measure the read ceiling of its input bytes,
+//! check the kernel (poison, launch, output) and time it if it passed, check and time the
+//! cuBLASLt peer, all under the run's protocol, and collect the rows.
 
 use std::fmt;
 use std::str::FromStr;
@@ -10,12 +11,17 @@ use std::time::Instant;
 use cudarc::driver::CudaStream;
 
 use super::ceilings::{measure_copy, measure_fp16, measure_fp16_nvfp4_data, Ceilings};
+use super::floors::{input_bytes, launch_floor, read_ceiling, ReadCeiling};
 use super::gpu::{device_name, driver_present, driver_version, open_stream};
+use super::graph::GraphRun;
+use super::graph_rows;
 use super::lt::Lt;
 use super::peer::{check_peer, Peer, PeerAgreement};
+use super::protocol::Protocol;
 use super::report::{fail_verdict, geomeans, now_utc, short_shape, Measurement, Report, Row, PASS};
 use super::stats::Samples;
 use super::timer::Timer;
+use crate::backend::cuda::Floors;
 use crate::backend::{CpuBackend, CudaBackend};
 use crate::check::{compare_outputs, Mode, Report as CheckReport};
 use crate::problem::{bench_shapes, generate, large_shapes, test_shapes, Output, Problem, ProblemKind, Shape};
@@ -86,6 +92,8 @@ pub struct Options {
     pub samples: usize,
     /// Warm-up launches before them.
     pub warmup: usize,
+    /// The timing protocol of every row (SPEC §7).
+    pub mode: Protocol,
 }
 
 impl Default for Options {
@@ -95,6 +103,7 @@ impl Default for Options {
             shapes: ShapeSet::Bench,
             samples: DEFAULT_SAMPLES,
             warmup: DEFAULT_WARMUP,
+            mode: Protocol::Cold,
         }
     }
 }
@@ -109,7 +118,7 @@ pub fn check_mode(kind: ProblemKind) -> Mode {
 }
 
 /// A one-line reason for a failed check: the count and the first mismatch.
-fn check_failure(r: &CheckReport) -> String {
+pub(super) fn check_failure(r: &CheckReport) -> String {
     if let Some(s) = &r.structure {
         return s.clone();
     }
@@ -167,6 +176,21 @@ pub fn run(opts: &Options, log: &mut dyn FnMut(&str)) -> Result<Report> {
         data.median()
     ));
     let ceilings = Ceilings { copy_tbps, fp16_tflops, fp16_tflops_nvfp4_data: Some(data_tflops) };
+    let floors = match &backend {
+        Ok(b) => Some(b.floors()?),
+        Err(_) => None,
+    };
+    let launch_floor = match &floors {
+        Some(f) => {
+            let lf = launch_floor(f, &timer, opts.warmup, opts.samples)?;
+            log(&format!(
+                "launch floor: cold {:.2} µs, graph {:.2} µs per launch chained ({:.2} unchained)",
+                lf.cold_us, lf.graph_us, lf.graph_unchained_us
+            ));
+            Some(lf)
+        }
+        None => None,
+    };
 
     let mut rows = Vec::new();
     for &kind in &opts.problems {
@@ -184,13 +208,15 @@ pub fn run(opts: &Options, log: &mut dyn FnMut(&str)) -> Result<Report> {
                 notes.push(note);
                 continue;
             }
-            let m = bench_shape(kind, &shape, backend.as_ref(), &timer, &lt, opts, log)?;
+            let m = bench_shape(kind, &shape, backend.as_ref(), floors.as_ref(), &timer, &lt, opts, log)?;
             let row = Row::new(&m, &ceilings);
+            let us = |x: Option<f64>| x.map_or("-".into(), |x| format!("{x:.1}"));
             log(&format!(
-                "{kind} {}: kernel {} µs, peer {} µs, SoL {:.1} µs: {}",
+                "{kind} {}: kernel {} µs, read {} µs, peer {} µs, SoL {:.1} µs: {}",
                 short_shape(&row.shape),
-                row.us_median.map_or("-".into(), |x| format!("{x:.1}")),
-                row.peer_us.map_or("-".into(), |x| format!("{x:.1}")),
+                us(row.us_median),
+                us(row.read_us),
+                us(row.peer_us),
                 row.sol_us,
                 row.verdict
             ));
@@ -203,7 +229,9 @@ pub fn run(opts: &Options, log: &mut dyn FnMut(&str)) -> Result<Report> {
         driver,
         date,
         shapes: opts.shapes.to_string(),
+        mode: opts.mode.to_string(),
         ceilings,
+        launch_floor,
         samples: opts.samples,
         warmup: opts.warmup,
         rows,
@@ -212,12 +240,15 @@ pub fn run(opts: &Options, log: &mut dyn FnMut(&str)) -> Result<Report> {
     })
 }
 
-/// Generates, checks and times one shape. Only errors that make the run meaningless propagate
-/// (the generator or the CPU reference failing); device failures become the verdict.
+/// Generates, checks and times one shape under the run's protocol. Only errors that make the run
+/// meaningless propagate (the generator or the CPU reference failing); device failures become
+/// the verdict (a read ceiling that cannot be measured is logged and left out).
+#[allow(clippy::too_many_arguments)]
 fn bench_shape(
     kind: ProblemKind,
     shape: &Shape,
     backend: std::result::Result<&CudaBackend, &Error>,
+    floors: Option<&Floors>,
     timer: &Timer,
     lt: &Lt,
     opts: &Options,
@@ -229,12 +260,34 @@ fn bench_shape(
     let reference = problem.run(&CpuBackend)?;
     log(&format!("{name}: CPU reference in {:.1} s", t.elapsed().as_secs_f64()));
 
-    let (kernel, mut verdict, config) = match backend {
-        Ok(b) => bench_kernel(b, &problem, &reference, timer, opts),
-        Err(e) => (None, fail_verdict(e), String::new()),
+    let set_bytes = input_bytes(&problem, &reference);
+    let read = floors.map(|f| read_ceiling(f, timer, set_bytes, opts.mode, opts.warmup, opts.samples));
+    let read = match read {
+        Some(Ok(r)) => Some(r),
+        Some(Err(e)) => {
+            log(&format!("{name}: read ceiling not measured: {e}"));
+            None
+        }
+        None => None,
     };
-    let (peer, peer_config) = match bench_peer(lt, &problem, &reference, timer, opts) {
-        Ok((samples, describe, agreement)) => {
+    let (kernel, mut verdict, config, graph) = match (backend, opts.mode) {
+        (Ok(b), Protocol::Cold) => {
+            let (k, v, c) = bench_kernel(b, &problem, &reference, timer, opts);
+            (k, v, c, None)
+        }
+        (Ok(b), Protocol::Graph) => graph_rows::bench_kernel(b, &problem, &reference, set_bytes, timer, opts),
+        (Err(e), _) => (None, fail_verdict(e), String::new(), None),
+    };
+    let peer_run = match opts.mode {
+        Protocol::Cold => bench_peer(lt, &problem, &reference, timer, opts).map(|(s, d, a)| (s, d, a, None)),
+        Protocol::Graph => {
+            graph_rows::bench_peer(lt, &problem, &reference, timer, opts).map(|(s, d, a, g)| (s, d, a, Some(g)))
+        }
+    };
+    let mut peer_graph: Option<GraphRun> = None;
+    let (peer, peer_config) = match peer_run {
+        Ok((samples, describe, agreement, g)) => {
+            peer_graph = g;
             let how = match agreement {
                 PeerAgreement::BitExact => "bit-exact".to_string(),
                 PeerAgreement::Close { max_abs_err } => format!("max abs err {max_abs_err:.2e}"),
@@ -259,11 +312,19 @@ fn bench_shape(
         verdict,
         config,
         peer_config,
+        read: read.as_ref().map(|r: &ReadCeiling| r.samples.clone()),
+        read_config: read.map_or(String::new(), |r| r.config),
+        graph,
+        peer_graph,
     })
 }
 
 /// Poison, launch, download, compare: `Err` names the failure.
-fn check_kernel(prep: &mut crate::backend::cuda::Prepared, reference: &Output, mode: Mode) -> Result<(), String> {
+pub(super) fn check_kernel(
+    prep: &mut crate::backend::cuda::Prepared,
+    reference: &Output,
+    mode: Mode,
+) -> Result<(), String> {
     prep.poison().map_err(|e| e.to_string())?;
     prep.launch().map_err(|e| e.to_string())?;
     let out = prep.output().map_err(|e| e.to_string())?;

@@ -78,6 +78,11 @@ impl CudaBackend {
         quantize::launch(&self.gpu, &k, x, out, global, global_out, &w, stream)
     }
 
+    /// The device (for the backend's sibling modules).
+    pub(super) fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
     /// The backend's stream.
     pub fn stream(&self) -> &Arc<cudarc::driver::CudaStream> {
         self.gpu.stream()
@@ -115,7 +120,7 @@ impl CudaBackend {
         Ok(module)
     }
 
-    fn function(&self, m: &'static KernelModule, symbol: &str) -> Result<CudaFunction> {
+    pub(super) fn function(&self, m: &'static KernelModule, symbol: &str) -> Result<CudaFunction> {
         self.module(m)?.load_function(symbol).map_err(cuda_err(symbol))
     }
 

@@ -7,6 +7,7 @@ pub use super::device::GemmViews;
 use super::device::{F16View, I32View, Nvfp4View};
 use super::fallback::MmaLaunch;
 use super::gemv::{GemvConfig, GemvLaunch};
+use super::kernels::{grouped::PREPARE_SYMBOL, pdl_ready, sm90::DECODE_X_SYMBOL};
 use super::runtime::{Gpu, StreamHandle};
 use super::sm90::{GroupedLaunch, Sm90Launch};
 use crate::Result;
@@ -72,11 +73,34 @@ impl BoundOp {
     }
     /// Enqueues the kernel(s) on `stream` (of the backend's context).
     pub fn launch_on(&self, stream: StreamHandle) -> Result<()> {
+        self.enqueue(stream, false)
+    }
+    /// Enqueues the kernel(s) on `stream`, the first as a programmatic dependent of the kernel
+    /// before it there when that kernel is ready for it ([`BoundOp::chains`]): it may start
+    /// while the previous one finishes. A plain launch where it is not.
+    pub fn launch_chained_on(&self, stream: StreamHandle) -> Result<()> {
+        self.enqueue(stream, true)
+    }
+    /// True when [`BoundOp::launch_chained_on`] launches the first kernel as a programmatic
+    /// dependent (its kernel is in [`PDL_READY`](super::kernels::PDL_READY)).
+    pub fn chains(&self) -> bool {
+        pdl_ready(self.first_symbol())
+    }
+    fn enqueue(&self, stream: StreamHandle, chain: bool) -> Result<()> {
         match &self.work {
-            Work::Gemv(w) => w.launch(&self.gpu, stream),
-            Work::Mma(w) => w.launch(&self.gpu, stream),
-            Work::Sm90(w) => w.launch(&self.gpu, stream),
-            Work::Grouped(w) => w.launch(&self.gpu, stream),
+            Work::Gemv(w) => w.launch(&self.gpu, stream, chain),
+            Work::Mma(w) => w.launch(&self.gpu, stream, chain),
+            Work::Sm90(w) => w.launch(&self.gpu, stream, chain),
+            Work::Grouped(w) => w.launch(&self.gpu, stream, chain),
+        }
+    }
+    /// The symbol of the first kernel a launch enqueues.
+    fn first_symbol(&self) -> &'static str {
+        match &self.work {
+            Work::Gemv(w) => w.config.symbol,
+            Work::Mma(w) => w.config.symbol,
+            Work::Sm90(_) => DECODE_X_SYMBOL,
+            Work::Grouped(_) => PREPARE_SYMBOL,
         }
     }
     /// The launch configuration, printable.

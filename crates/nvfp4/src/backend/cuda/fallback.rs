@@ -9,7 +9,8 @@ use cudarc::driver::{CudaFunction, CudaSlice};
 
 use super::device::{F16View, Keep, Nvfp4View};
 use super::kernels::fallback::{MmaParams, MmaProblem};
-use super::runtime::{Gpu, LaunchShape, StreamHandle};
+use super::kernels::pdl_ready;
+use super::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
 use crate::format::ScaleLayout;
 use crate::{Error, Result};
 
@@ -136,8 +137,11 @@ impl MmaLaunch {
         Ok(Self { config: MmaConfig { symbol, problems: shapes, grid }, func, params, _descs: table, _keep: keep })
     }
 
-    /// Enqueues the kernel on `stream`.
-    pub fn launch(&self, gpu: &Gpu, stream: StreamHandle) -> Result<()> {
-        gpu.launch(stream, &self.func, LaunchShape::linear(self.config.grid as u32, THREADS, 0), &self.params)
+    /// Enqueues the kernel on `stream`; `chain`: as a programmatic dependent of the previous
+    /// kernel there, when the kernel is ready for it ([`pdl_ready`]).
+    pub fn launch(&self, gpu: &Gpu, stream: StreamHandle, chain: bool) -> Result<()> {
+        let options = LaunchOptions { dependent: chain && pdl_ready(self.config.symbol), cluster_x: 0 };
+        let shape = LaunchShape::linear(self.config.grid as u32, THREADS, 0).with(options);
+        gpu.launch(stream, &self.func, shape, &self.params)
     }
 }

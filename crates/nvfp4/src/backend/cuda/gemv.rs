@@ -10,7 +10,8 @@ use cudarc::driver::CudaFunction;
 
 use super::device::{F16View, Keep, Nvfp4View, Workspace, WorkspaceNeeds};
 use super::kernels::gemv::GemvParams;
-use super::runtime::{Gpu, LaunchShape, StreamHandle};
+use super::kernels::pdl_ready;
+use super::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
 use crate::format::ScaleLayout;
 use crate::{Error, Result};
 
@@ -267,10 +268,13 @@ impl GemvLaunch {
         Ok(Self { config, func, params, _keep: keep })
     }
 
-    /// Enqueues the kernel on `stream`.
-    pub fn launch(&self, gpu: &Gpu, stream: StreamHandle) -> Result<()> {
+    /// Enqueues the kernel on `stream`; `chain`: as a programmatic dependent of the previous
+    /// kernel there, when the kernel is ready for it ([`pdl_ready`]).
+    pub fn launch(&self, gpu: &Gpu, stream: StreamHandle, chain: bool) -> Result<()> {
         let c = &self.config;
-        gpu.launch(stream, &self.func, LaunchShape::linear(c.grid as u32, THREADS, c.smem_bytes as u32), &self.params)
+        let options = LaunchOptions { dependent: chain && pdl_ready(c.symbol), cluster_x: 0 };
+        let shape = LaunchShape::linear(c.grid as u32, THREADS, c.smem_bytes as u32).with(options);
+        gpu.launch(stream, &self.func, shape, &self.params)
     }
 }
 

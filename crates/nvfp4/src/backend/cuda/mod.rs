@@ -7,6 +7,7 @@
 //! - [`compile`]: NVRTC options, the CUBIN cache, the ptxas report.
 //! - [`device`]: device-resident operands and views, `upload`, workspaces.
 //! - [`quantize`]: the GPU quantizer (dense device memory to NVFP4 on a given stream).
+//! - [`floors`]: the benchmark's floor kernels (empty launch, streaming reads).
 //! - [`gemv`], [`sm90`] (the GEMM skeleton: GEMM, fused dual GEMM, grouped GEMM), [`fallback`]: for each
 //!   kernel family a pure plan, a bind step (plan + views + output + workspace -> parameters) and
 //!   a launch on a stream.
@@ -25,6 +26,7 @@ pub mod compile;
 pub mod device;
 mod device_op;
 pub mod fallback;
+pub mod floors;
 pub mod gemv;
 mod host;
 pub mod kernels;
@@ -40,6 +42,7 @@ pub use compile::{kernel_reports, kernel_reports_to, KernelReport, DEFAULT_ARCH}
 pub use device::{DeviceF16, DeviceNvfp4, F16View, I32View, Nvfp4Meta, Nvfp4View, Workspace, WorkspaceNeeds};
 pub use device_op::{BoundOp, DeviceOp, GemmViews};
 pub use fallback::MmaConfig;
+pub use floors::{Floors, ReadKernel, ReadSetting, ReadSource, ReadSums};
 pub use gemv::GemvConfig;
 pub use kernels::KernelModule;
 pub use prepared::{Prepared, F16_NAN_BITS};

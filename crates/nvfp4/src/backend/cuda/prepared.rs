@@ -3,6 +3,8 @@
 //! the host-data [`Backend`](crate::Backend) methods run once.
 
 use super::backend::CudaBackend;
+use std::sync::Arc;
+
 use super::device::{self, DeviceF16, DeviceNvfp4, F16View, Nvfp4View};
 use super::device_op::{BoundOp, DeviceOp, GemmViews};
 use super::gemv::GemvConfig;
@@ -52,64 +54,87 @@ impl CudaBackend {
     /// workspace (`shared`, locked only while binding) or a workspace of its own.
     pub(super) fn stage(&self, op: HostOp<'_>, shared: bool) -> Result<Prepared> {
         let up = |t: &Nvfp4Tensor| self.upload(t);
-        let out = |l: usize, rows: usize, cols: usize| self.alloc_output([l, rows, cols]);
-        let bind = |op: DeviceOp<'_>| if shared { self.bind(op) } else { self.bind_with(op, &mut None) };
-        let (bound, inputs, outputs) = match op {
+        let (binding, inputs) = match op {
+            // The kernel reads both operands in one scale layout; B is one row per batch.
             HostOp::Gemv(g) => {
-                let (m, _, l) = g.mkl();
-                // The kernel reads both operands in one scale layout; B is one row per batch.
                 let b = if g.b.layout() == g.a.layout() { up(&g.b)? } else { up(&g.b.to_layout(g.a.layout()))? };
-                let (a, c) = (up(&g.a)?, out(l, m, 1)?);
-                (
-                    bind(DeviceOp::Gemv(GemmViews { a: &a.view(), b: &b.view(), alpha: g.alpha, c: &c.view() }))?,
-                    vec![a, b],
-                    vec![c],
-                )
+                (Binding::Gemv(g.alpha), vec![up(&g.a)?, b])
             }
-            HostOp::Gemm(g) => {
-                let (m, n, _, l) = g.mnkl();
-                let (a, b, c) = (up(&g.a)?, up(&g.b)?, out(l, m, n)?);
-                (
-                    bind(DeviceOp::Gemm(GemmViews { a: &a.view(), b: &b.view(), alpha: g.alpha, c: &c.view() }))?,
-                    vec![a, b],
-                    vec![c],
-                )
-            }
-            HostOp::DualGemm(d) => {
-                let (m, n, _, l) = d.mnkl();
-                let (a, b1, b2, c) = (up(&d.a)?, up(&d.b1)?, up(&d.b2)?, out(l, m, n)?);
-                let op =
-                    DeviceOp::DualGemm { a: &a.view(), b1: &b1.view(), b2: &b2.view(), alpha: d.alpha, c: &c.view() };
-                (bind(op)?, vec![a, b1, b2], vec![c])
-            }
+            HostOp::Gemm(g) => (Binding::Gemm(g.alpha), vec![up(&g.a)?, up(&g.b)?]),
+            HostOp::DualGemm(d) => (Binding::Dual(d.alpha), vec![up(&d.a)?, up(&d.b1)?, up(&d.b2)?]),
             HostOp::GroupedGemm(gg) => {
                 let mut inputs = Vec::with_capacity(2 * gg.groups.len());
-                let mut outputs = Vec::with_capacity(gg.groups.len());
                 for g in &gg.groups {
                     inputs.extend([up(&g.a)?, up(&g.b)?]);
-                    outputs.push(out(1, g.a.rows(), g.b.rows())?);
                 }
-                let views: Vec<(Nvfp4View, Nvfp4View, F16View)> = (0..gg.groups.len())
-                    .map(|i| (inputs[2 * i].view(), inputs[2 * i + 1].view(), outputs[i].view()))
+                (Binding::Grouped(gg.groups.iter().map(|g| g.alpha).collect()), inputs)
+            }
+        };
+        self.bind_staged(binding, Arc::new(inputs), shared)
+    }
+
+    /// Another launch of `p`'s problem on the same device operands, with outputs and a
+    /// workspace of its own: launches of the two may overlap (a graph of chained launches) and
+    /// never write the same bytes.
+    pub fn replica(&self, p: &Prepared) -> Result<Prepared> {
+        self.bind_staged(p.binding.clone(), p.inputs.clone(), false)
+    }
+
+    /// Allocates the outputs of `binding` over `inputs` and binds them.
+    fn bind_staged(&self, binding: Binding, inputs: Arc<Vec<DeviceNvfp4>>, shared: bool) -> Result<Prepared> {
+        let out = |l: usize, rows: usize, cols: usize| self.alloc_output([l, rows, cols]);
+        let bind = |op: DeviceOp<'_>| if shared { self.bind(op) } else { self.bind_with(op, &mut None) };
+        let meta = |i: usize| *inputs[i].meta();
+        let v: Vec<Nvfp4View> = inputs.iter().map(DeviceNvfp4::view).collect();
+        let (bound, outputs) = match &binding {
+            &Binding::Gemv(alpha) => {
+                let c = out(meta(0).l, meta(0).rows, 1)?;
+                (bind(DeviceOp::Gemv(GemmViews { a: &v[0], b: &v[1], alpha, c: &c.view() }))?, vec![c])
+            }
+            &Binding::Gemm(alpha) => {
+                let c = out(meta(0).l, meta(0).rows, meta(1).rows)?;
+                (bind(DeviceOp::Gemm(GemmViews { a: &v[0], b: &v[1], alpha, c: &c.view() }))?, vec![c])
+            }
+            &Binding::Dual(alpha) => {
+                let c = out(meta(0).l, meta(0).rows, meta(1).rows)?;
+                let op = DeviceOp::DualGemm { a: &v[0], b1: &v[1], b2: &v[2], alpha, c: &c.view() };
+                (bind(op)?, vec![c])
+            }
+            Binding::Grouped(alphas) => {
+                let outputs: Vec<DeviceF16> =
+                    (0..alphas.len()).map(|g| out(1, meta(2 * g).rows, meta(2 * g + 1).rows)).collect::<Result<_>>()?;
+                let cs: Vec<F16View> = outputs.iter().map(DeviceF16::view).collect();
+                let groups: Vec<GemmViews<'_>> = alphas
+                    .iter()
+                    .enumerate()
+                    .map(|(g, &alpha)| GemmViews { a: &v[2 * g], b: &v[2 * g + 1], alpha, c: &cs[g] })
                     .collect();
-                let groups: Vec<GemmViews<'_>> =
-                    views.iter().zip(&gg.groups).map(|((a, b, c), g)| GemmViews { a, b, alpha: g.alpha, c }).collect();
-                (bind(DeviceOp::GroupedGemm(&groups))?, inputs, outputs)
+                (bind(DeviceOp::GroupedGemm(&groups))?, outputs)
             }
         };
         let print_config = std::env::var("NVFP4_PRINT_CONFIG").is_ok_and(|v| v == "1");
-        let grouped = matches!(op, HostOp::GroupedGemm(_));
-        Ok(Prepared { bound, _inputs: inputs, outputs, grouped, print_config })
+        Ok(Prepared { bound, inputs, outputs, binding, print_config })
     }
+}
+
+/// Which operation a [`Prepared`] binds its inputs to (in order: a, b; a, b1, b2; a and b of
+/// each group), with the alphas: enough to bind them again to new outputs.
+#[derive(Clone)]
+enum Binding {
+    Gemv(Option<f32>),
+    Gemm(Option<f32>),
+    Dual(Option<f32>),
+    Grouped(Vec<Option<f32>>),
 }
 
 /// A problem whose operands live on the device, ready to launch repeatedly.
 pub struct Prepared {
     bound: BoundOp,
-    _inputs: Vec<DeviceNvfp4>,
+    /// Shared with its replicas.
+    inputs: Arc<Vec<DeviceNvfp4>>,
     /// One output per group for grouped GEMM.
     outputs: Vec<DeviceF16>,
-    grouped: bool,
+    binding: Binding,
     print_config: bool,
 }
 
@@ -121,6 +146,17 @@ impl Prepared {
             self.print_config = false;
         }
         self.bound.launch()
+    }
+
+    /// [`Prepared::launch`] as a programmatic dependent of the kernel before it on the stream,
+    /// where the first kernel is ready for it ([`Prepared::chains`]).
+    pub fn launch_chained(&mut self) -> Result<()> {
+        self.bound.launch_chained_on(self.bound.gpu.stream_handle())
+    }
+
+    /// True when [`Prepared::launch_chained`] chains (see [`BoundOp::chains`]).
+    pub fn chains(&self) -> bool {
+        self.bound.chains()
     }
 
     /// Fills the output with NaN so that an unwritten element fails the check.
@@ -139,7 +175,11 @@ impl Prepared {
     /// Waits for the stream and downloads the output.
     pub fn output(&self) -> Result<Output> {
         let mut tensors = self.output_tensors()?;
-        Ok(if self.grouped { Output::Grouped(tensors) } else { Output::Single(tensors.remove(0)) })
+        Ok(if matches!(self.binding, Binding::Grouped(_)) {
+            Output::Grouped(tensors)
+        } else {
+            Output::Single(tensors.remove(0))
+        })
     }
 
     /// The launch configuration, printable.

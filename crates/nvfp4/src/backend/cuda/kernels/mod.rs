@@ -5,6 +5,7 @@
 //! Depends only on the runtime layer; compilation, planning and launching depend on this.
 
 pub mod fallback;
+pub mod floors;
 pub mod gemv;
 pub mod grouped;
 mod module;
@@ -16,7 +17,7 @@ use std::sync::OnceLock;
 pub use module::KernelModule;
 
 /// Every kernel module of the library.
-pub static MODULES: [&KernelModule; 7] = [
+pub static MODULES: [&KernelModule; 8] = [
     &gemv::GEMV,
     &fallback::FALLBACK,
     &sm90::DECODE_X,
@@ -24,7 +25,26 @@ pub static MODULES: [&KernelModule; 7] = [
     &sm90::DUAL_SM90,
     &grouped::GROUPED_SM90,
     &quantize::QUANTIZE,
+    &floors::FLOORS,
 ];
+
+/// Kernels that may be launched as programmatic dependents of the previous kernel on their stream
+/// (SPEC §7's graph protocol chains launches this way): each executes `griddepcontrol.wait`
+/// (`ptx::wait_prerequisites`) before it touches memory an earlier kernel may write or still read
+/// (its output, workspace, counters; reading operands that no kernel writes may come first).
+/// A bound operation chains its first kernel only when that kernel is listed here; a kernel made
+/// ready adds its symbol.
+pub static PDL_READY: &[&str] = &[
+    floors::EMPTY_SYMBOL,
+    floors::READ_STRIDED4_SYMBOL,
+    floors::READ_STRIDED8_SYMBOL,
+    floors::READ_CONTIGUOUS8_SYMBOL,
+];
+
+/// True when `symbol`'s kernel may be launched as a programmatic dependent (see [`PDL_READY`]).
+pub fn pdl_ready(symbol: &str) -> bool {
+    PDL_READY.contains(&symbol)
+}
 
 /// The handwritten headers, `#include`d by these names (NVRTC has no include path).
 const STATIC_HEADERS: [(&str, &str); 12] = [
@@ -71,6 +91,7 @@ pub fn generated_header() -> &'static str {
             grouped::GroupedPrepParams::cuda_decl(),
             grouped::Sm90GroupedParams::cuda_decl(),
             quantize::QuantizeParams::cuda_decl(),
+            floors::FloorReadParams::cuda_decl(),
         ] {
             s += &decl;
             s.push('\n');
@@ -108,6 +129,19 @@ mod tests {
                 assert!(defined, "{}: no definition of {sym}", m.file);
             }
         }
+    }
+
+    #[test]
+    fn pdl_ready_kernels_are_defined_and_wait() {
+        for sym in PDL_READY {
+            let m = MODULES.iter().find(|m| m.symbols.contains(sym));
+            let m = m.unwrap_or_else(|| panic!("{sym} is in no module"));
+            // The empty kernel touches no memory; every other one must wait before it does.
+            if *sym != floors::EMPTY_SYMBOL {
+                assert!(m.source.contains("wait_prerequisites()"), "{}: {sym} never waits", m.file);
+            }
+        }
+        assert!(pdl_ready(floors::EMPTY_SYMBOL) && !pdl_ready("no_such_kernel"));
     }
 
     #[test]

@@ -6,9 +6,10 @@ use cudarc::driver::CudaFunction;
 
 use super::plan::{Schedule, Sm90Plan};
 use crate::backend::cuda::device::{F16View, Keep, Nvfp4View, Workspace};
+use crate::backend::cuda::kernels::pdl_ready;
 use crate::backend::cuda::kernels::sm90::{
-    Op, SfMode, Sm90Params, Sm90Problem, Sm90Schedule, Variant, XDecodeParams, BK, DECODE_BIAS, DECODE_X_THREADS,
-    ROW_BYTES, THREADS,
+    Op, SfMode, Sm90Params, Sm90Problem, Sm90Schedule, Variant, XDecodeParams, BK, DECODE_BIAS, DECODE_X_SYMBOL,
+    DECODE_X_THREADS, ROW_BYTES, THREADS,
 };
 use crate::backend::cuda::runtime::{tma_map, Gpu, LaunchOptions, LaunchShape, StreamHandle, TmaMap};
 use crate::format::ScaleLayout;
@@ -229,9 +230,11 @@ pub(crate) fn problem_struct(
 }
 
 impl Sm90Launch {
-    /// Enqueues the X pre-pass and the main kernel on `stream`.
-    pub(crate) fn launch(&self, gpu: &Gpu, stream: StreamHandle) -> Result<()> {
-        gpu.launch(stream, &self.kernels.decode_x, self.shapes.0, &self.x_params)?;
+    /// Enqueues the X pre-pass and the main kernel on `stream`; `chain`: the pre-pass as a
+    /// programmatic dependent of the previous kernel there, when it is ready for it.
+    pub(crate) fn launch(&self, gpu: &Gpu, stream: StreamHandle, chain: bool) -> Result<()> {
+        let options = LaunchOptions { dependent: chain && pdl_ready(DECODE_X_SYMBOL), cluster_x: 0 };
+        gpu.launch(stream, &self.kernels.decode_x, self.shapes.0.with(options), &self.x_params)?;
         gpu.launch(stream, &self.kernels.main, self.shapes.1, self.params.as_ref())
     }
 }

@@ -14,8 +14,9 @@ use super::bind::{problem_struct, to_i32, OutputSide};
 use super::plan::{fixup_cycles, stage_cycles, Forced, UNIT_OVERHEAD_CYCLES};
 use crate::backend::cuda::device::{Carve, F16View, GemmViews, I32View, Keep, Nvfp4View, Workspace, WorkspaceNeeds};
 use crate::backend::cuda::kernels::grouped::{
-    GroupSegment, GroupedBuild, GroupedPrepParams, Sm90GroupedParams, BUILD_THREADS, MAX_SEGMENTS,
+    GroupSegment, GroupedBuild, GroupedPrepParams, Sm90GroupedParams, BUILD_THREADS, MAX_SEGMENTS, PREPARE_SYMBOL,
 };
+use crate::backend::cuda::kernels::pdl_ready;
 use crate::backend::cuda::kernels::sm90::{
     Op, Sm90Problem, Variant, XDecodeParams, BK, DECODE_BIAS, THREADS, VARIANTS,
 };
@@ -441,9 +442,11 @@ pub(crate) fn bind_grouped(
 }
 
 impl GroupedLaunch {
-    /// Enqueues the pre-pass and the main kernel on `stream`.
-    pub(crate) fn launch(&self, gpu: &Gpu, stream: StreamHandle) -> Result<()> {
-        gpu.launch(stream, &self.prepare, self.shapes.0, &self.prep)?;
+    /// Enqueues the pre-pass and the main kernel on `stream`; `chain`: the pre-pass as a
+    /// programmatic dependent of the previous kernel there, when it is ready for it.
+    pub(crate) fn launch(&self, gpu: &Gpu, stream: StreamHandle, chain: bool) -> Result<()> {
+        let options = LaunchOptions { dependent: chain && pdl_ready(PREPARE_SYMBOL), cluster_x: 0 };
+        gpu.launch(stream, &self.prepare, self.shapes.0.with(options), &self.prep)?;
         gpu.launch(stream, &self.main, self.shapes.1, &self.params)
     }
 }
