@@ -4,6 +4,9 @@
 //! `dev_gemv_diag timing`      GEMV bench shapes, L2 cold by rotation and by a memset flush
 //! `dev_gemv_diag profile`     a few flushed launches per shape, a target for ncu
 //! `dev_gemv_diag fixed-cost`  empty kernel and pure streaming reads of the GEMV's byte count
+//! `dev_gemv_diag floor`       SPEC §7's cold and graph protocols side by side: launch floor, read
+//!                             ceiling, the GEMV as the library launches it, kernel variants with
+//!                             and without programmatic dependent launch
 //!
 //! Every GEMV configuration is checked bit-exactly against the CPU reference before it is timed.
 
@@ -15,6 +18,8 @@ use nvfp4::problem::{Output, Problem};
 use nvfp4::CpuBackend;
 
 mod common;
+#[path = "dev_gemv_diag/floor.rs"]
+mod floor;
 use common::{events, gpu, median, median_min, time_memset_flush};
 
 const LAYOUTS: [ScaleLayout; 2] = [ScaleLayout::Plain, ScaleLayout::Blocked];
@@ -24,8 +29,9 @@ fn main() {
         Some("timing") => gemv_timing(),
         Some("profile") => gemv_profile_target(),
         Some("fixed-cost") => gemv_fixed_cost(),
+        Some("floor") => floor::gemv_floor(),
         _ => {
-            eprintln!("usage: dev_gemv_diag timing|profile|fixed-cost");
+            eprintln!("usage: dev_gemv_diag timing|profile|fixed-cost|floor");
             std::process::exit(2);
         }
     }
@@ -170,7 +176,11 @@ __device__ void read_i(const uint4* p, u64 n, float* out) {
   const u64 stride = (u64)gridDim.x * blockDim.x;
   u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
   u32 acc = 0;
-  for (; i + (U - 1) * stride < n; i += U * stride) {
+  // NOTE: the unrolled loop's bound is rounded down to whole warps, so no warp splits between
+  // it (and its __syncwarp) and the tail: a split warp with n % 32 != 0 deadlocked (the earlier
+  // "timed-out" sweeps) at __syncwarp against the other lanes' __shfl_xor_sync.
+  const u64 n_main = n & ~(u64)31;
+  for (; i + (U - 1) * stride < n_main; i += U * stride) {
     uint4 v[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) v[u] = ld<U, EF>(p + i + u * stride, pol);
@@ -184,12 +194,13 @@ __device__ void read_i(const uint4* p, u64 n, float* out) {
 template <int U, bool EF>
 __device__ void read_c(const uint4* p, u64 n, float* out) {
   const u64 pol = ptx::policy_evict_first();
-  const u64 per = (n + gridDim.x - 1) / gridDim.x;
+  const u64 per = (n + 32 * gridDim.x - 1) / (32 * gridDim.x) * 32;  // whole warps (see read_i)
   const u64 b0 = blockIdx.x * per, b1 = min(n, b0 + per);
   u64 i = b0 + threadIdx.x;
   const u64 stride = blockDim.x;
   u32 acc = 0;
-  for (; i + (U - 1) * stride < b1; i += U * stride) {
+  const u64 b1_main = b1 & ~(u64)31;
+  for (; i + (U - 1) * stride < b1_main; i += U * stride) {
     uint4 v[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) v[u] = ld<U, EF>(p + i + u * stride, pol);

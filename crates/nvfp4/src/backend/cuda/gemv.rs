@@ -10,7 +10,7 @@ use cudarc::driver::CudaFunction;
 
 use super::device::{F16View, Keep, Nvfp4View, Workspace, WorkspaceNeeds};
 use super::kernels::gemv::GemvParams;
-use super::runtime::{Gpu, LaunchShape, StreamHandle};
+use super::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
 use crate::format::ScaleLayout;
 use crate::{Error, Result};
 
@@ -85,6 +85,12 @@ pub struct GemvConfig {
     pub ctas_per_sm: usize,
     /// SMs of the device.
     pub sms: usize,
+    /// Launched with the programmatic-stream-serialization attribute (PDL). The kernel reads
+    /// and writes nothing before `griddepcontrol.wait` and lets the next kernel launch right
+    /// after it (kernels/gemv.cu), so a chain of launches overlaps each launch's start with the
+    /// previous one's tail. Correct with or without the attribute; a graph capture keeps it as a
+    /// programmatic edge (what `nvfp4 bench --mode graph` measures).
+    pub pdl: bool,
 }
 
 /// The kernel symbol of a variant: 16 B chunks need K % 32 == 0 (16-byte aligned rows); any
@@ -159,6 +165,7 @@ impl GemvConfig {
             smem_bytes: window_ksteps * kstep_smem,
             ctas_per_sm,
             sms,
+            pdl: true,
         }
     }
 }
@@ -170,7 +177,7 @@ impl fmt::Display for GemvConfig {
             f,
             "{} M={m} K={k} L={l}: {} B/lane/K-step, {} tiles of {} rows x L {l} x split {} ({} of {} K-steps \
              per slice), {} tiles, {} tile(s)/CTA, grid {} x {THREADS} ({} CTAs/SM x {} SMs), B window {} \
-             K-steps = {} B smem",
+             K-steps = {} B smem{}",
             self.symbol,
             self.chunk.bytes(),
             self.row_ctas,
@@ -185,6 +192,7 @@ impl fmt::Display for GemvConfig {
             self.sms,
             self.window_ksteps,
             self.smem_bytes,
+            if self.pdl { ", PDL" } else { "" },
         )
     }
 }
@@ -270,7 +278,9 @@ impl GemvLaunch {
     /// Enqueues the kernel on `stream`.
     pub fn launch(&self, gpu: &Gpu, stream: StreamHandle) -> Result<()> {
         let c = &self.config;
-        gpu.launch(stream, &self.func, LaunchShape::linear(c.grid as u32, THREADS, c.smem_bytes as u32), &self.params)
+        let shape = LaunchShape::linear(c.grid as u32, THREADS, c.smem_bytes as u32)
+            .with(LaunchOptions { dependent: c.pdl, cluster_x: 0 });
+        gpu.launch(stream, &self.func, shape, &self.params)
     }
 }
 
@@ -290,7 +300,7 @@ mod tests {
             (c.symbol, c.row_ctas, c.split, c.ksteps, c.tiles, c.grid),
             ("gemv_nvfp4_sm90_plain", 224, 1, 16, 224, 224)
         );
-        assert_eq!((c.window_ksteps, c.smem_bytes), (16, 36864));
+        assert_eq!((c.window_ksteps, c.smem_bytes, c.pdl), (16, 36864, true));
         // 4096x7168x8: 1024 tiles over 264 slots -> 4 tiles per CTA.
         let c = cfg(4096, 7168, 8);
         assert_eq!((c.split, c.ksteps, c.tiles_per_cta, c.grid), (1, 7, 4, 256));
