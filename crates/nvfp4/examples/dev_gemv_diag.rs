@@ -6,6 +6,9 @@
 //! `dev_gemv_diag fixed-cost`  empty kernel and pure streaming reads of the GEMV's byte count
 //!                             (the library's floor kernels, kernels/floors.cu, over more grids
 //!                             than `nvfp4 bench` tries)
+//! `dev_gemv_diag floor`       SPEC §7's cold and graph protocols side by side: launch floor, read
+//!                             ceiling, the GEMV as the library launches it, kernel variants with
+//!                             and without programmatic dependent launch
 //!
 //! Every GEMV configuration is checked bit-exactly against the CPU reference before it is timed.
 
@@ -17,6 +20,8 @@ use nvfp4::problem::{Output, Problem};
 use nvfp4::CpuBackend;
 
 mod common;
+#[path = "dev_gemv_diag/floor.rs"]
+mod floor;
 use common::{events, gpu, median, median_min, time_memset_flush};
 
 const LAYOUTS: [ScaleLayout; 2] = [ScaleLayout::Plain, ScaleLayout::Blocked];
@@ -26,8 +31,9 @@ fn main() {
         Some("timing") => gemv_timing(),
         Some("profile") => gemv_profile_target(),
         Some("fixed-cost") => gemv_fixed_cost(),
+        Some("floor") => floor::gemv_floor(),
         _ => {
-            eprintln!("usage: dev_gemv_diag timing|profile|fixed-cost");
+            eprintln!("usage: dev_gemv_diag timing|profile|fixed-cost|floor");
             std::process::exit(2);
         }
     }
@@ -147,6 +153,73 @@ fn gemv_profile_target() {
 }
 
 // ---- fixed-cost diagnostic ---------------------------------------------------------------------
+
+/// Diagnostic kernels: an empty kernel (the harness floor) and a pure streaming read (sum of every
+/// 16 B word, one f32 per CTA), grid-strided (`i`, loads interleaved over the buffer) or
+/// contiguous per CTA (`c`), U loads in flight per thread, with the GEMV's load flavour
+/// (`ef`: nc, L1::no_allocate, L2 evict_first, 256 B prefetch) or a plain nc load (`nc`).
+const DIAG_SOURCE: &str = r#"
+#include "ptx.cuh"
+extern "C" __global__ void diag_empty() {}
+template <int U, bool EF>
+__device__ __forceinline__ uint4 ld(const uint4* p, u64 pol) { return EF ? ptx::ld_stream_v4(p, pol) : ptx::ld_nc_v4(p); }
+__device__ __forceinline__ void finish(u32 acc, float* out) {
+  __shared__ u32 s;
+  if (threadIdx.x == 0) s = 0;
+  __syncthreads();
+  for (int o = 16; o; o /= 2) acc += __shfl_xor_sync(0xFFFFFFFFu, acc, o);
+  if (threadIdx.x % 32 == 0) atomicAdd(&s, acc);
+  __syncthreads();
+  if (threadIdx.x == 0) out[blockIdx.x] = (float)s;
+}
+template <int U, bool EF>
+__device__ void read_i(const uint4* p, u64 n, float* out) {
+  const u64 pol = ptx::policy_evict_first();
+  const u64 stride = (u64)gridDim.x * blockDim.x;
+  u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  u32 acc = 0;
+  // NOTE: the unrolled loop's bound is rounded down to whole warps, so no warp splits between
+  // it (and its __syncwarp) and the tail: a split warp with n % 32 != 0 deadlocked (the earlier
+  // "timed-out" sweeps) at __syncwarp against the other lanes' __shfl_xor_sync.
+  const u64 n_main = n & ~(u64)31;
+  for (; i + (U - 1) * stride < n_main; i += U * stride) {
+    uint4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) v[u] = ld<U, EF>(p + i + u * stride, pol);
+    __syncwarp();  // keeps ptxas from interleaving the adds with the loads (U loads in flight)
+#pragma unroll
+    for (int u = 0; u < U; ++u) acc += v[u].x + v[u].y + v[u].z + v[u].w;
+  }
+  for (; i < n; i += stride) { uint4 v = ld<U, EF>(p + i, pol); acc += v.x + v.y + v.z + v.w; }
+  finish(acc, out);
+}
+template <int U, bool EF>
+__device__ void read_c(const uint4* p, u64 n, float* out) {
+  const u64 pol = ptx::policy_evict_first();
+  const u64 per = (n + 32 * gridDim.x - 1) / (32 * gridDim.x) * 32;  // whole warps (see read_i)
+  const u64 b0 = blockIdx.x * per, b1 = min(n, b0 + per);
+  u64 i = b0 + threadIdx.x;
+  const u64 stride = blockDim.x;
+  u32 acc = 0;
+  const u64 b1_main = b1 & ~(u64)31;
+  for (; i + (U - 1) * stride < b1_main; i += U * stride) {
+    uint4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) v[u] = ld<U, EF>(p + i + u * stride, pol);
+    __syncwarp();  // keeps ptxas from interleaving the adds with the loads (U loads in flight)
+#pragma unroll
+    for (int u = 0; u < U; ++u) acc += v[u].x + v[u].y + v[u].z + v[u].w;
+  }
+  for (; i < b1; i += stride) { uint4 v = ld<U, EF>(p + i, pol); acc += v.x + v.y + v.z + v.w; }
+  finish(acc, out);
+}
+#define K(name, f, U, EF) extern "C" __global__ void __launch_bounds__(1024, 1) name(const uint4* p, u64 n, float* out) { f<U, EF>(p, n, out); }
+K(diag_i4_ef, read_i, 4, true) K(diag_i8_ef, read_i, 8, true) K(diag_i4_nc, read_i, 4, false)
+K(diag_i8_nc, read_i, 8, false) K(diag_c4_ef, read_c, 4, true) K(diag_c8_ef, read_c, 8, true)
+"#;
+
+const DIAG_MODULE: nvfp4::backend::cuda::KernelModule =
+    nvfp4::backend::cuda::KernelModule { file: "diag.cu", source: DIAG_SOURCE, symbols: &[] };
 
 /// Compiles and loads a diagnostic module.
 fn load_diag(

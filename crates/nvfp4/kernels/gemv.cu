@@ -18,6 +18,8 @@
 //   16-block); ~2.2 per element with scales, loads and addressing (SASS, 2026-11-22).
 // - Per block: int sum -> f32 (magic-number add) -> fma with sa * sb into an f32 accumulator.
 //   Sums of SPEC GEMV data are exact in f32, so the result is bit-identical to the reference.
+// - Programmatic dependent launch: nothing is read or written before `griddepcontrol.wait`; the
+//   host launches with the attribute (backend/cuda/gemv.rs, `GemvConfig::pdl`).
 #include "ptx.cuh"
 #include "nvfp4.cuh"
 
@@ -29,7 +31,6 @@ namespace {
 constexpr int WARPS = 8;
 constexpr int THREADS = WARPS * 32;
 constexpr int ROWS_PER_WARP = 4;
-constexpr int PREFETCH_KSTEPS = 4;  // K-steps of A requested into L2 before B is staged
 
 // Compile-time shape of one variant. CB = bytes of A per lane per K-step.
 template <int CB>
@@ -192,16 +193,6 @@ __device__ __forceinline__ void compute(const AChunk& x, const u8* smem, int wc,
   }
 }
 
-// Requests this lane's A chunks of the first PREFETCH_KSTEPS K-steps at `cur` into L2.
-template <int CB, bool BLOCKED>
-__device__ __forceinline__ void prefetch_a(const Cursor<CB, BLOCKED>& cur, int chunk, int ksteps_left, int chunks) {
-#pragma unroll
-  for (int u = 0; u < PREFETCH_KSTEPS; ++u)
-#pragma unroll
-    for (int q = 0; q < ROWS_PER_WARP; ++q)
-      if (u < ksteps_left && chunk + 32 * u < chunks) ptx::prefetch_l2(cur.a[q] + u * Chunk<CB>::KSTEP_A);
-}
-
 // Sums acc[0..3] over the warp: afterwards lane 8q holds row q's total. Butterfly reduce-scatter,
 // fixed order (deterministic).
 __device__ __forceinline__ float warp_reduce4(const float* acc, int lane) {
@@ -247,9 +238,18 @@ __device__ void gemv_body(const GemvParams& p) {
       const int key = l * p.split + slice;
       Cursor<CB, BLOCKED> cur = make_cursor<CB, BLOCKED>(p, l, row, ws * 32 + lane);
       if (!one_window || staged != key) {
-        // NOTE: the window's first A lines are requested (into L2, no registers held) before
-        // B is staged, so that A's DRAM latency overlaps B's load and decode.
-        prefetch_a<CB, BLOCKED>(cur, ws * 32 + lane, we - ws, chunks);
+        // NOTE: programmatic dependent launch. Until `griddepcontrol.wait` returns, the previous
+        // kernel on the stream may still run (it may be writing B, the activations of a decode
+        // step), so nothing is read or written before it: B, the output and the split-K
+        // workspace all come after a CTA's first wait (its first window always stages B; later
+        // waits return at once). Then the next kernel may launch: its CTAs take SM slots as ours
+        // retire. Without the launch attribute both are no-ops.
+        // NOTE: no L2 prefetch of A here or ahead of the loads (v9 requested a window's first 4
+        // K-steps before staging B): on the H200 every L2 prefetch variant measured slower, in
+        // both protocols (NOTES.md, "GEMV floor"); dropping v9's made the graph protocol 3-9%
+        // faster.
+        ptx::wait_prerequisites();
+        ptx::launch_dependents();
         __syncthreads();  // every warp is done with the previous window
         stage_b<CB, BLOCKED>(p, smem, wc, l, ws * 32, min(we * 32, chunks));
         __syncthreads();
@@ -312,7 +312,8 @@ __device__ void gemv_body(const GemvParams& p) {
 // law asks for at 3 TB/s. Measured on the H100 (2026-11-22, ncu PM sampling, 7168x16384x1): DRAM
 // reads run at 82-94% of peak (the copy ceiling) in steady state; what is lost is the ~1.5 us
 // ramp at the start and a ~2-3 us tail. Tried and dropped, none faster: a 4-stage cp.async ring
-// (3x the bytes in flight), stream-K (every SM the same work), row-contiguous streaming.
+// (3x the bytes in flight), stream-K (every SM the same work), row-contiguous streaming, L2
+// prefetches ahead of the loads (H200: 2-8 K-steps ahead and the next tile's head, 3-42% slower).
 #define GEMV_KERNEL(name, CB, BLOCKED)                                                             \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) name(const __grid_constant__ GemvParams p) { \
     gemv_body<CB, BLOCKED>(p);                                                                     \

@@ -2,6 +2,8 @@
 //! events, medians and the memset-flushed timing loop.
 #![allow(dead_code)] // each diagnostic uses its own subset
 
+pub mod graph;
+
 use nvfp4::backend::cuda::{CudaBackend, Prepared};
 
 pub fn gpu() -> CudaBackend {

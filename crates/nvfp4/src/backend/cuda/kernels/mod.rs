@@ -35,6 +35,11 @@ pub static MODULES: [&KernelModule; 8] = [
 /// A bound operation chains its first kernel only when that kernel is listed here; a kernel made
 /// ready adds its symbol.
 pub static PDL_READY: &[&str] = &[
+    // kernels/gemv.cu: reads B and writes its output and split-K workspace only after the wait.
+    "gemv_nvfp4_sm90_plain",
+    "gemv_nvfp4_sm90_blocked",
+    "gemv_nvfp4_sm90_plain_k16",
+    "gemv_nvfp4_sm90_blocked_k16",
     floors::EMPTY_SYMBOL,
     floors::READ_STRIDED4_SYMBOL,
     floors::READ_STRIDED8_SYMBOL,
