@@ -79,6 +79,20 @@ impl BoundOp {
             Work::Grouped(w) => w.launch(&self.gpu, stream),
         }
     }
+    /// Lets the launch start while the previous kernel on its stream still runs (programmatic
+    /// dependent launch), where the operation supports it, and says whether it does. For graphs
+    /// of back-to-back launches: the kernels wait for the previous kernel before they read
+    /// anything it may write (the activations) or write anything it may read; only the
+    /// weights are loaded before. Supported: the Hopper skeleton's GEMM and dual GEMM.
+    pub fn set_chained(&mut self, on: bool) -> bool {
+        match &mut self.work {
+            Work::Sm90(w) => {
+                w.set_chained(on);
+                true
+            }
+            Work::Gemv(_) | Work::Mma(_) | Work::Grouped(_) => false,
+        }
+    }
     /// The launch configuration, printable.
     pub fn describe(&self) -> String {
         match &self.work {

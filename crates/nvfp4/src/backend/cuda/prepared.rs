@@ -123,6 +123,12 @@ impl Prepared {
         self.bound.launch()
     }
 
+    /// Chains each launch to the previous kernel on the stream by programmatic dependent launch
+    /// where the operation supports it (see [`BoundOp::set_chained`]); returns whether it does.
+    pub fn set_chained(&mut self, on: bool) -> bool {
+        self.bound.set_chained(on)
+    }
+
     /// Fills the output with NaN so that an unwritten element fails the check.
     pub fn poison(&mut self) -> Result<()> {
         for out in &self.outputs {

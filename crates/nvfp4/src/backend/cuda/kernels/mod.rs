@@ -27,7 +27,7 @@ pub static MODULES: [&KernelModule; 7] = [
 ];
 
 /// The handwritten headers, `#include`d by these names (NVRTC has no include path).
-const STATIC_HEADERS: [(&str, &str); 12] = [
+const STATIC_HEADERS: [(&str, &str); 14] = [
     ("ptx.cuh", include_str!("../../../../kernels/ptx.cuh")),
     ("nvfp4.cuh", include_str!("../../../../kernels/nvfp4.cuh")),
     ("sm90/config.cuh", include_str!("../../../../kernels/sm90/config.cuh")),
@@ -35,10 +35,12 @@ const STATIC_HEADERS: [(&str, &str); 12] = [
     ("sm90/producer.cuh", include_str!("../../../../kernels/sm90/producer.cuh")),
     ("sm90/mainloop.cuh", include_str!("../../../../kernels/sm90/mainloop.cuh")),
     ("sm90/fixup.cuh", include_str!("../../../../kernels/sm90/fixup.cuh")),
+    ("sm90/kreduce.cuh", include_str!("../../../../kernels/sm90/kreduce.cuh")),
     ("sm90/store.cuh", include_str!("../../../../kernels/sm90/store.cuh")),
     ("sm90/epilogue.cuh", include_str!("../../../../kernels/sm90/epilogue.cuh")),
     ("sm90/kernel.cuh", include_str!("../../../../kernels/sm90/kernel.cuh")),
     ("sm90/decode_x.cuh", include_str!("../../../../kernels/sm90/decode_x.cuh")),
+    ("sm90/prefetch_w.cuh", include_str!("../../../../kernels/sm90/prefetch_w.cuh")),
     ("sm90/grouped.cuh", include_str!("../../../../kernels/sm90/grouped.cuh")),
 ];
 
@@ -65,6 +67,8 @@ pub fn generated_header() -> &'static str {
             sm90::Sm90Problem::cuda_decl(),
             sm90::Sm90Schedule::cuda_decl(),
             sm90::Sm90Params::cuda_decl(),
+            sm90::WPrefetch::cuda_decl(),
+            sm90::DecodeXParams::cuda_decl(),
             grouped::GroupedUnit::cuda_decl(),
             grouped::GroupSegment::cuda_decl(),
             grouped::GroupedBuild::cuda_decl(),
