@@ -371,6 +371,32 @@ NVFP4_DEVICE void mbar_arrive_cluster_if(u32 cluster_bar, bool pred) {
       : "memory");
 }
 
+// An arrival on a barrier anywhere in the cluster (a mapa address), releasing at cluster scope:
+// this CTA's earlier accesses happen before whatever the barrier's waiter does next.
+NVFP4_DEVICE void mbar_arrive_remote(u32 cluster_bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_bar) : "memory");
+}
+// mbar_wait, acquiring at cluster scope (the phase was completed by another CTA of the cluster).
+NVFP4_DEVICE void mbar_wait_cluster(u32 bar, u32 parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_LOOP:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_LOOP;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// 16 bytes into another CTA's shared memory (a mapa address), completing 16 transaction bytes
+// on its barrier `cluster_bar` (also a mapa address) when they have landed.
+NVFP4_DEVICE void st_async_f4(u32 cluster_addr, float4 v, u32 cluster_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
+                   cluster_addr),
+               "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(cluster_bar)
+               : "memory");
+}
+
 template <u32 REGS>
 NVFP4_DEVICE void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGS));

@@ -9,7 +9,7 @@
 
 use nvfp4::backend::cuda::sm90::{
     self, Forced, Op,
-    Schedule::{Split, StreamK},
+    Schedule::{Split, SplitInCluster, StreamK},
     VARIANTS,
 };
 use nvfp4::check::Mode;
@@ -87,6 +87,7 @@ fn gemm_sm90_every_variant_and_split() {
                 (None, None),
                 (None, Some(Split(1))),
                 (None, Some(Split(3))),
+                (None, Some(SplitInCluster(2))),
                 (None, Some(Split(7))),
                 (Some(1), Some(StreamK)),
                 (Some(2), None),
@@ -97,6 +98,7 @@ fn gemm_sm90_every_variant_and_split() {
                 let c = cluster.map_or(String::new(), |c| format!("c{c}"));
                 let name = match schedule {
                     Some(Split(s)) => format!("m{}n{}{c}s{s}", v.bm, v.bn),
+                    Some(SplitInCluster(s)) => format!("m{}n{}{c}s{s}d", v.bm, v.bn),
                     Some(StreamK) => format!("m{}n{}{c}sk", v.bm, v.bn),
                     None => format!("m{}n{}{c}", v.bm, v.bn),
                 };
@@ -111,6 +113,71 @@ fn gemm_sm90_every_variant_and_split() {
                 }
             }
         }
+    }
+}
+
+/// Split-K summed in clusters (`s2d`: the pieces of a tile in one cluster, summed in the first
+/// CTA's shared memory) and the same splits summed through the workspace (`s2`): 2, 3 and 4
+/// pieces, ragged W and X tiles, L = 3, a K tail inside the last piece, both layouts, repeated
+/// launches; the plan must say which sum it runs.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gemm_sm90_cluster_sum_of_k_pieces() {
+    let b = gpu();
+    let shapes = [(128, 7168, 2048, 1), (7, 520, 4096, 1), (40, 300, 1056, 3), (130, 1000, 512, 1)];
+    let mut clustered_runs = 0;
+    for (si, &(m, n, k, l)) in shapes.iter().enumerate() {
+        let p = gemm_problem(m, n, k, l, 500 + si as u64);
+        let reference = p.run(&CpuBackend).unwrap();
+        for (j, v) in ["m128n128", "m256n64", "m256n16"].into_iter().enumerate() {
+            for s in 2..=4 {
+                for d in ["d", ""] {
+                    let name = format!("{v}s{s}{d}");
+                    let layout = LAYOUTS[(si + j + s) % 2];
+                    let what = format!("{m}x{n}x{k}x{l} {name} {layout:?}");
+                    let cfg = with_forced(&name, || {
+                        check_against(&b, &p.with_layout(layout), &reference, Mode::BitExact, 3, &what)
+                    });
+                    let clustered = cfg.contains("summed in clusters");
+                    assert!(!(clustered && d.is_empty()), "{what}: the workspace sum unless forced: {cfg}");
+                    clustered_runs += usize::from(clustered);
+                    println!("ok {what}: {cfg}");
+                }
+            }
+        }
+    }
+    assert!(clustered_runs >= 20, "only {clustered_runs} runs summed in clusters");
+}
+
+/// Launches chained by programmatic dependent launch (as in a CUDA graph of back-to-back
+/// launches): two problems alternating on one stream, each launch's pre-pass starting while the
+/// previous GEMM runs, both outputs bit-identical, on split-K (clusters and workspace), stream-K
+/// and no split.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gemm_sm90_chained_launches() {
+    let b = gpu();
+    let problems = [gemm_problem(128, 7168, 2048, 1, 61), gemm_problem(128, 4096, 1536, 1, 62)];
+    let references: Vec<_> = problems.iter().map(|p| p.run(&CpuBackend).unwrap()).collect();
+    for cfg in ["auto", "m128n128s2d", "m128n128s2", "m128n128sk", "m128n128s1"] {
+        let mut preps: Vec<_> = problems
+            .iter()
+            .map(|p| if cfg == "auto" { b.prepare(p).unwrap() } else { with_forced(cfg, || b.prepare(p).unwrap()) })
+            .collect();
+        for prep in preps.iter_mut() {
+            assert!(prep.chains(), "{cfg}: the skeleton GEMM supports chained launches");
+            prep.poison().unwrap();
+        }
+        for _ in 0..5 {
+            for prep in preps.iter_mut() {
+                prep.launch_chained().unwrap();
+            }
+        }
+        for (prep, r) in preps.iter().zip(&references) {
+            let report = nvfp4::check::compare_outputs(&prep.output().unwrap(), r, Mode::BitExact);
+            assert!(report.passed(), "{cfg} chained {}: {report}", prep.describe());
+        }
+        println!("ok chained {cfg}: {}", preps[0].describe());
     }
 }
 
@@ -144,14 +211,16 @@ fn gemm_sm90_random_data_alpha_and_nan() {
     }
 }
 
-/// One small case on four configurations (split-K, stream-K with one k-step per CTA, CTA pairs
-/// with a split, N = 256 in pairs): for racecheck, which is too slow for the whole sweep.
+/// One small case on six configurations (split-K summed in clusters of 2 and 3 and through the
+/// workspace, stream-K with one k-step per CTA, CTA pairs with a split, N = 256 in pairs): for
+/// racecheck, which is too slow for the whole sweep.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn gemm_sm90_racecheck_case() {
     let b = gpu();
     let p = gemm_problem(72, 300, 192, 1, 950);
-    for name in ["m256n64s2", "m128n128sk", "m128n128c2s2", "m128n256c2"] {
+    // Split-K summed in clusters (s2, s3) and through the workspace (c1s2), stream-K, pairs.
+    for name in ["m256n64s2d", "m128n128s3d", "m256n64s2", "m128n128sk", "m128n128c2s2", "m128n256c2"] {
         with_forced(name, || check(&b, &p, Mode::BitExact, 1, &format!("72x300x192 {name}")));
     }
 }

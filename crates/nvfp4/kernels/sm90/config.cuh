@@ -19,7 +19,8 @@ namespace sm90 {
 //                    its scales, SW_BYTES: per part, SW_PART bytes apart, [PART_ROWS, 16 B]
 //                    (SF_TMA, SF_DIRECT) or the [4, 512 B] chunks of its 128-row groups (SF_BULK)
 //   bars             full_w, empty_w [RAW_STAGES]; full_x, empty_x [X_STAGES]; flag (8 B);
-//                    fixup (the mbarrier of the staged split-K sum)
+//                    fixup (the mbarrier of the staged split-K sum); kred, kgo (the cluster
+//                    sum of K pieces: partials landed, may send)
 template <int PARTS_, int WM_, int BN_>
 struct Cfg {
   static constexpr int PARTS = PARTS_;
@@ -39,7 +40,7 @@ struct Cfg {
   static constexpr int RAW_OFF = L::RAW_OFF;
   static constexpr int BAR_OFF = L::BAR_OFF;
   static constexpr int SMEM_BYTES = L::SMEM_BYTES;  // dynamic shared memory, with alignment slack
-  static constexpr int BAR_BYTES = (2 * RAW_STAGES + 2 * X_STAGES) * 8 + 16;
+  static constexpr int BAR_BYTES = (2 * RAW_STAGES + 2 * X_STAGES) * 8 + 32;
 
   static_assert(PARTS == 1 || PARTS == 2, "one W operand, or the two of a dual GEMM");
   static_assert(PART_ROWS % 64 == 0, "a part is whole m64 tiles");
@@ -70,6 +71,8 @@ struct Smem {
   NVFP4_DEVICE u32 empty_x(u32 s) const { return full_w(2 * C::RAW_STAGES + C::X_STAGES + s); }
   NVFP4_DEVICE u32 flag() const { return full_w(2 * C::RAW_STAGES + 2 * C::X_STAGES); }
   NVFP4_DEVICE u32 fixup() const { return flag() + 8; }
+  NVFP4_DEVICE u32 kred() const { return flag() + 16; }
+  NVFP4_DEVICE u32 kgo() const { return flag() + 24; }
 };
 
 // This CTA's rank in its cluster of `cluster` (1 or 2) CTAs. NOTE: `&`, not `%`: a `%` by a

@@ -175,6 +175,7 @@ struct Grouped {
 
   NVFP4_DEVICE static const Sm90Problem& problem(const Params& p, const Unit& u) { return p.problems[u.prob]; }
   NVFP4_DEVICE static i32 cluster(const Params&) { return 1; }
+  NVFP4_DEVICE static i32 kcluster(const Params&) { return 1; }
   NVFP4_DEVICE static void prefetch_tensormaps(const Params&, int) {}
   NVFP4_DEVICE static Partials partials(const Params& p, const Unit& u, i64 tile_floats) {
     return Partials{p.workspace + 2 * (i64)u.tile * tile_floats, 2 * tile_floats, tile_floats};

@@ -20,6 +20,7 @@
 
 #include "sm90/producer.cuh"
 #include "sm90/epilogue.cuh"
+#include "sm90/kreduce.cuh"
 
 namespace sm90 {
 
@@ -40,7 +41,9 @@ NVFP4_DEVICE void consumer_role(const typename S::Params& p, const Smem<C>& sm) 
     const bool idle = S::next(p, walk.u) >= walk.end && cluster == 1;
     if (un.pieces == 1)
       Epi::store(S::problem(p, un), un, cs, sm, idle);
-    else if (reduce_pieces<C, S>(p, cs, sm, un, idle))
+    else if (KCLUSTER_FITS<C> && S::kcluster(p) > 1) {
+      if (reduce_in_cluster<C>(cs, sm, un)) Epi::store(S::problem(p, un), un, cs, sm, idle);
+    } else if (reduce_pieces<C, S>(p, cs, sm, un, idle))
       Epi::store(S::problem(p, un), un, cs, sm, idle);
   }
 }
@@ -52,7 +55,10 @@ NVFP4_DEVICE void run(const typename S::Params& p) {
   Smem<C> sm;
   sm.base = (ptx::smem_u32(smem_raw) + 1023u) & ~1023u;
   if (ptx::dynamic_smem_size() < (u32)C::SMEM_BYTES) __trap();  // host/kernel shape mismatch
-  const i32 cluster = S::cluster(p);
+  // Launch dependents early (a graph of launches chained by PDL): they wait for this grid's
+  // completion before touching what it writes or reads.
+  ptx::launch_dependents();
+  const i32 cluster = S::cluster(p), cluster_ctas = cluster * S::kcluster(p);
 
   // Barriers.
   if (threadIdx.x == 0) {
@@ -65,12 +71,14 @@ NVFP4_DEVICE void run(const typename S::Params& p) {
       ptx::mbar_init(sm.empty_x(s), 8 * cluster);  // every consumer warp of the cluster
     }
     ptx::mbar_init(sm.fixup(), 1);  // the consumer leader, with expect_tx
+    ptx::mbar_init(sm.kred(), 1);   // piece 0's consumer leader, with expect_tx
+    ptx::mbar_init(sm.kgo(), 1);    // piece 0's consumer leader
     ptx::fence_mbar_init();
     S::prefetch_tensormaps(p, C::PARTS);
   }
   // In a cluster, no CTA may multicast into (or arrive on) the other's barriers before they are
   // initialised, nor exit while the other may still do so.
-  if (cluster > 1)
+  if (cluster_ctas > 1)
     ptx::cluster_sync();
   else
     __syncthreads();
@@ -89,7 +97,7 @@ NVFP4_DEVICE void run(const typename S::Params& p) {
     ptx::setmaxnreg_inc<CONSUMER_REGS>();
     consumer_role<C, S, Epi>(p, sm);
   }
-  if (cluster > 1) ptx::cluster_sync();
+  if (cluster_ctas > 1) ptx::cluster_sync();
 }
 
 }  // namespace sm90

@@ -5,7 +5,9 @@
 // else about the launch. A scheduler type provides:
 //   Params                      the kernel's parameter struct
 //   problem(p, unit)            the Sm90Problem the unit computes on
-//   cluster(p)                  CTAs per cluster (1 or 2)
+//   cluster(p)                  CTAs per cluster that share X by multicast (1 or 2)
+//   kcluster(p)                 CTAs per cluster that hold the K pieces of one tile (1: none;
+//                               more: every CTA has one unit, its piece = its cluster rank)
 //   first(p, u, end)            the CTA's first unit start and the end of its walk
 //   next(p, u)                  the start of the unit after the one at u
 //   unit_at(p, u, end)          the unit that starts at u
@@ -49,6 +51,7 @@ struct SingleProblem {
 
   NVFP4_DEVICE static const Sm90Problem& problem(const Params& p, const Unit&) { return p.prob; }
   NVFP4_DEVICE static i32 cluster(const Params& p) { return p.sched.cluster; }
+  NVFP4_DEVICE static i32 kcluster(const Params& p) { return p.sched.k_mode == K_CLUSTER ? p.sched.split : 1; }
   NVFP4_DEVICE static void prefetch_tensormaps(const Params& p, int parts) {
     for (int part = 0; part < parts; ++part) ptx::prefetch_tensormap(&p.prob.tmap_w[part]);
     ptx::prefetch_tensormap(&p.prob.tmap_x);
@@ -79,7 +82,7 @@ struct SingleProblem {
     const Sm90Schedule& s = p.sched;
     Unit r;
     i32 group;
-    if (s.stream_k) {
+    if (s.k_mode == K_STREAM) {
       group = (i32)(u / s.k_iters);
       const i64 t0 = (i64)group * s.k_iters;
       r.k0 = (i32)(u - t0);
@@ -108,7 +111,7 @@ struct SingleProblem {
   // Split-K: units slot, slot + slots, ...; stream-K: the pieces of the groups this slot's share
   // covers.
   NVFP4_DEVICE static void first(const Params& p, i64& u, i64& end) {
-    if (p.sched.stream_k) {
+    if (p.sched.k_mode == K_STREAM) {
       u = stream_first(p, slot_index(p));
       end = stream_first(p, slot_index(p) + 1);
     } else {
@@ -117,7 +120,7 @@ struct SingleProblem {
     }
   }
   NVFP4_DEVICE static i64 next(const Params& p, i64 u) {
-    return p.sched.stream_k ? (u / p.sched.k_iters + 1) * p.sched.k_iters : u + slot_count(p);
+    return p.sched.k_mode == K_STREAM ? (u / p.sched.k_iters + 1) * p.sched.k_iters : u + slot_count(p);
   }
 };
 

@@ -255,15 +255,15 @@ impl CudaBackend {
         let smem = plan.layout().smem_bytes; // the variant's: unchanged by a re-plan below
         self.gpu.allow_smem(&main, smem)?;
         // The schedule assumes every cluster of the grid runs at once; where the GPU holds fewer,
-        // unpaired CTAs instead.
-        if plan.cluster > 1 {
+        // CTAs without clusters instead.
+        if plan.launch_cluster() > 1 {
             let fit = self.gpu.max_active_clusters(
                 &main,
                 (kernels::sm90::THREADS, 1, 1),
                 smem as u32,
-                plan.cluster as u32,
+                plan.launch_cluster() as u32,
             )?;
-            if (fit as usize) * plan.cluster < plan.grid {
+            if (fit as usize) * plan.launch_cluster() < plan.grid {
                 plan = sm90::plan(op, mnkl, sms, Some(Forced::Config(plan.variant, Some(1), None)));
             }
         }

@@ -40,6 +40,9 @@ pub static PDL_READY: &[&str] = &[
     "gemv_nvfp4_sm90_blocked",
     "gemv_nvfp4_sm90_plain_k16",
     "gemv_nvfp4_sm90_blocked_k16",
+    // kernels/decode_x_sm90.cu (the GEMM's and dual GEMM's first kernel): prefetches W, then
+    // waits before it reads X or writes the decoded X that the previous launch may still read.
+    sm90::DECODE_X_SYMBOL,
     floors::EMPTY_SYMBOL,
     floors::READ_STRIDED4_SYMBOL,
     floors::READ_STRIDED8_SYMBOL,
@@ -52,7 +55,7 @@ pub fn pdl_ready(symbol: &str) -> bool {
 }
 
 /// The handwritten headers, `#include`d by these names (NVRTC has no include path).
-const STATIC_HEADERS: [(&str, &str); 12] = [
+const STATIC_HEADERS: [(&str, &str); 14] = [
     ("ptx.cuh", include_str!("../../../../kernels/ptx.cuh")),
     ("nvfp4.cuh", include_str!("../../../../kernels/nvfp4.cuh")),
     ("sm90/config.cuh", include_str!("../../../../kernels/sm90/config.cuh")),
@@ -60,10 +63,12 @@ const STATIC_HEADERS: [(&str, &str); 12] = [
     ("sm90/producer.cuh", include_str!("../../../../kernels/sm90/producer.cuh")),
     ("sm90/mainloop.cuh", include_str!("../../../../kernels/sm90/mainloop.cuh")),
     ("sm90/fixup.cuh", include_str!("../../../../kernels/sm90/fixup.cuh")),
+    ("sm90/kreduce.cuh", include_str!("../../../../kernels/sm90/kreduce.cuh")),
     ("sm90/store.cuh", include_str!("../../../../kernels/sm90/store.cuh")),
     ("sm90/epilogue.cuh", include_str!("../../../../kernels/sm90/epilogue.cuh")),
     ("sm90/kernel.cuh", include_str!("../../../../kernels/sm90/kernel.cuh")),
     ("sm90/decode_x.cuh", include_str!("../../../../kernels/sm90/decode_x.cuh")),
+    ("sm90/prefetch_w.cuh", include_str!("../../../../kernels/sm90/prefetch_w.cuh")),
     ("sm90/grouped.cuh", include_str!("../../../../kernels/sm90/grouped.cuh")),
 ];
 
@@ -90,6 +95,8 @@ pub fn generated_header() -> &'static str {
             sm90::Sm90Problem::cuda_decl(),
             sm90::Sm90Schedule::cuda_decl(),
             sm90::Sm90Params::cuda_decl(),
+            sm90::WPrefetch::cuda_decl(),
+            sm90::DecodeXParams::cuda_decl(),
             grouped::GroupedUnit::cuda_decl(),
             grouped::GroupSegment::cuda_decl(),
             grouped::GroupedBuild::cuda_decl(),

@@ -37,6 +37,12 @@ pub const PRODUCER_REGS: u32 = 88;
 pub const CONSUMER_REGS: u32 = 208;
 /// Threads per block of the X pre-pass (one per 16-byte output chunk).
 pub const DECODE_X_THREADS: u32 = 256;
+/// `Sm90Schedule::k_mode`: split-K, pieces summed through the workspace.
+pub const K_SPLIT: i32 = 0;
+/// `Sm90Schedule::k_mode`: stream-K.
+pub const K_STREAM: i32 = 1;
+/// `Sm90Schedule::k_mode`: split-K, pieces summed in a cluster.
+pub const K_CLUSTER: i32 = 2;
 /// The kernels fold 2^-7 into each decoded operand; the epilogue multiplies 2^14 back.
 pub const DECODE_BIAS: f64 = 16384.0;
 
@@ -133,8 +139,9 @@ impl Variant {
         let x_stages = ((room - raw_stages * raw_bytes) / x_bytes).min(MAX_X_STAGES);
         let raw_off = x_stages * x_bytes;
         let bar_off = raw_off + raw_stages * raw_bytes;
-        // A full and an empty barrier per stage of each ring, the split-K flag, the fixup barrier.
-        let bar_bytes = (2 * raw_stages + 2 * x_stages) * 8 + 16;
+        // A full and an empty barrier per stage of each ring, the split-K flag, the fixup barrier,
+        // the two barriers of the cluster sum of K pieces.
+        let bar_bytes = (2 * raw_stages + 2 * x_stages) * 8 + 32;
         Layout { raw_stages, x_stages, sw_bytes, raw_off, bar_off, smem_bytes: 1024 + bar_off + bar_bytes }
     }
 
@@ -285,10 +292,41 @@ kernel_struct! {
         iters_per_split: i32 => "i32",
         /// split-K: tile groups * split; stream-K: the tile groups
         units: i32 => "i32",
-        /// 1: stream-K (the grid shares all k-steps evenly), 0: split-K
-        stream_k: i32 => "i32",
+        /// How K is shared (K_SPLIT, K_STREAM, K_CLUSTER): split-K, pieces summed through the
+        /// workspace; stream-K (the grid shares all k-steps evenly); split-K with the pieces of a
+        /// tile in one cluster of `split` CTAs (one unit each, piece = cluster rank), summed in
+        /// the first one's shared memory
+        k_mode: i32 => "i32",
         /// CTAs per cluster (1 or 2): a tile group, sharing X by TMA multicast
         cluster: i32 => "i32",
+    }
+}
+
+kernel_struct! {
+    /// What the X pre-pass of a single-problem launch prefetches into L2 before it waits for the
+    /// previous launch: the first W raw stage (values, and plain scales loaded by TMA) of every
+    /// CTA of the main kernel, i.e. its first unit's tile rows at its first k-step.
+    pub(crate) struct WPrefetch {
+        /// the main kernel's schedule (no CTA pairs), its grid and W tile rows
+        sched: Sm90Schedule => "Sm90Schedule",
+        /// W values [L, rows, K/2] (0: prefetch nothing)
+        values: u64 => "const u8*",
+        /// W plain scales [L, rows, K/16] when the main kernel loads them by TMA, else 0
+        scales: u64 => "const u8*",
+        rows: i32 => "i32",
+        /// K / 2 and K / 16
+        row_bytes: i32 => "i32",
+        sf_cols: i32 => "i32",
+        grid: i32 => "i32",
+        bm: i32 => "i32",
+    }
+}
+
+kernel_struct! {
+    /// The parameters of a single-problem launch's X pre-pass.
+    pub(crate) struct DecodeXParams {
+        x: XDecodeParams => "XDecodeParams",
+        w: WPrefetch => "WPrefetch",
     }
 }
 
@@ -307,7 +345,7 @@ kernel_struct! {
 /// The `namespace sm90` part of generated.cuh: constants and every variant's `Layout`.
 pub fn cuda_sizes() -> String {
     let mut s = String::from("namespace sm90 {\n");
-    let consts: [(&str, i64); 15] = [
+    let consts: [(&str, i64); 18] = [
         ("THREADS", THREADS as i64),
         ("BK", BK as i64),
         ("SUB", SUB as i64),
@@ -321,6 +359,9 @@ pub fn cuda_sizes() -> String {
         ("SF_DIRECT", SfMode::Direct as i64),
         ("SF_TMA", SfMode::Tma as i64),
         ("SF_BULK", SfMode::Bulk as i64),
+        ("K_SPLIT", K_SPLIT as i64),
+        ("K_STREAM", K_STREAM as i64),
+        ("K_CLUSTER", K_CLUSTER as i64),
         ("BUILD_THREADS", super::grouped::BUILD_THREADS as i64),
         ("MAX_SEGMENTS", super::grouped::MAX_SEGMENTS as i64),
     ];
@@ -370,7 +411,7 @@ mod tests {
         // GEMM m256n128: 4 W stages of 36 KB next to 5 X stages of 16 KB.
         let l = Variant { bm: 256, bn: 128 }.layout(Op::Gemm);
         assert_eq!((l.raw_stages, l.x_stages, l.sw_bytes), (4, 5, 4096));
-        assert_eq!(l.smem_bytes, 1024 + 5 * 16384 + 4 * (32768 + 4096) + (8 + 10) * 8 + 16);
+        assert_eq!(l.smem_bytes, 1024 + 5 * 16384 + 4 * (32768 + 4096) + (8 + 10) * 8 + 32);
         // A dual m128 tile holds 64 rows of each part: blocked scales need a whole 128-row group
         // per part, twice the plain layout's 2 KB.
         assert_eq!(Variant { bm: 128, bn: 128 }.layout(Op::Dual).sw_bytes, 4096);

@@ -8,8 +8,8 @@ use super::plan::{Schedule, Sm90Plan};
 use crate::backend::cuda::device::{F16View, Keep, Nvfp4View, Workspace};
 use crate::backend::cuda::kernels::pdl_ready;
 use crate::backend::cuda::kernels::sm90::{
-    Op, SfMode, Sm90Params, Sm90Problem, Sm90Schedule, Variant, XDecodeParams, BK, DECODE_BIAS, DECODE_X_SYMBOL,
-    DECODE_X_THREADS, ROW_BYTES, THREADS,
+    DecodeXParams, Op, SfMode, Sm90Params, Sm90Problem, Sm90Schedule, Variant, WPrefetch, XDecodeParams, BK,
+    DECODE_BIAS, DECODE_X_SYMBOL, DECODE_X_THREADS, K_CLUSTER, K_SPLIT, K_STREAM, ROW_BYTES, THREADS,
 };
 use crate::backend::cuda::runtime::{tma_map, Gpu, LaunchOptions, LaunchShape, StreamHandle, TmaMap};
 use crate::format::ScaleLayout;
@@ -42,7 +42,7 @@ pub(crate) struct Sm90Launch {
     pub plan: Sm90Plan,
     kernels: Sm90Kernels,
     params: Box<Sm90Params>,
-    x_params: XDecodeParams,
+    x_params: DecodeXParams,
     shapes: (LaunchShape, LaunchShape), // pre-pass, main kernel
     _keep: Vec<Keep>,
 }
@@ -133,26 +133,39 @@ pub(crate) fn bind(
     }
     let out = OutputSide { addr: ops.c.addr, m, n, l, swapped: plan.swapped, flat: false };
     let prob = problem_struct(v, plan.cluster, (&w, w_rows, k, l), (x16, x_rows, l), alpha, out)?;
-    let (workspace, counters) = if plan.split > 1 {
+    let (workspace, counters) = if plan.global_fixup() {
         (ws.at(scratch.partials.0, scratch.partials.1)?, ws.counters(scratch.needs.counters)?)
     } else {
         (0, 0)
     };
-    let params = Box::new(Sm90Params {
-        prob,
-        sched: Sm90Schedule {
-            tiles_w: to_i32(plan.tiles.0, "W tiles")?,
-            tiles_x: to_i32(plan.tiles.1, "X tiles")?,
-            split: to_i32(plan.split, "split")?,
-            k_iters: to_i32(plan.k_iters, "k-steps")?,
-            iters_per_split: to_i32(plan.iters_per_split, "k-steps per split")?,
-            units: to_i32(plan.units, "units")?,
-            stream_k: i32::from(plan.schedule == Schedule::StreamK),
-            cluster: to_i32(plan.cluster, "cluster")?,
+    let sched = Sm90Schedule {
+        tiles_w: to_i32(plan.tiles.0, "W tiles")?,
+        tiles_x: to_i32(plan.tiles.1, "X tiles")?,
+        split: to_i32(plan.split, "split")?,
+        k_iters: to_i32(plan.k_iters, "k-steps")?,
+        iters_per_split: to_i32(plan.iters_per_split, "k-steps per split")?,
+        units: to_i32(plan.units, "units")?,
+        k_mode: match plan.schedule {
+            Schedule::StreamK => K_STREAM,
+            Schedule::SplitInCluster(_) => K_CLUSTER,
+            Schedule::Split(_) => K_SPLIT,
         },
-        workspace,
-        counters,
-    });
+        cluster: to_i32(plan.cluster, "cluster")?,
+    };
+    // The pre-pass prefetches the GEMM's first W stages (not with CTA pairs, whose units it does
+    // not model; not for the dual GEMM's two parts).
+    let prefetch = plan.op == Op::Gemm && plan.cluster == 1;
+    let w_prefetch = WPrefetch {
+        sched,
+        values: if prefetch { w[0].values } else { 0 },
+        scales: if prefetch && prob.w_sf_mode == SfMode::Tma as i32 { w[0].scales } else { 0 },
+        rows: to_i32(w_rows, "W rows")?,
+        row_bytes: to_i32(k / 2, "K")?,
+        sf_cols: to_i32(k / 16, "K")?,
+        grid: to_i32(plan.grid, "grid")?,
+        bm: to_i32(v.bm, "tile rows")?,
+    };
+    let params = Box::new(Sm90Params { prob, sched, workspace, counters });
     let keep: Vec<Keep> =
         ops.b.iter().chain([ops.a]).filter_map(Nvfp4View::keep).chain(ops.c.keep()).chain([ws.keep()]).collect();
     // The main kernel starts while the pre-pass runs (barrier setup, first W loads) and waits for
@@ -160,8 +173,9 @@ pub(crate) fn bind(
     let shapes = (
         LaunchShape::linear(x_blocks as u32, DECODE_X_THREADS, 0),
         LaunchShape::linear(plan.grid as u32, THREADS, plan.layout().smem_bytes as u32)
-            .with(LaunchOptions { dependent: true, cluster_x: plan.cluster as u32 }),
+            .with(LaunchOptions { dependent: true, cluster_x: plan.launch_cluster() as u32 }),
     );
+    let x_params = DecodeXParams { x: x_params, w: w_prefetch };
     Ok(Sm90Launch { plan: plan.clone(), kernels, params, x_params, shapes, _keep: keep })
 }
 

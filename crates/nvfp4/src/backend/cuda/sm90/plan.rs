@@ -21,11 +21,16 @@ pub enum Schedule {
     /// Stream-K: the grid shares all tiles' k-steps evenly; a tile's pieces are summed by the CTA
     /// that finishes last.
     StreamK,
+    /// Split-K in this many pieces with one unit per CTA, the pieces of a tile in one cluster,
+    /// summed in the first CTA's shared memory (no workspace). Only when forced: it measured no
+    /// faster than the workspace sum (H200, NOTES.md).
+    SplitInCluster(usize),
 }
 
 /// A forced choice (tuning and tests), from `NVFP4_GEMM_SM90` or `NVFP4_DUAL_SM90`: `off` sends
 /// every problem of that operation to the fallback kernel; `m256n64` forces a variant, then
-/// optionally `c1` or `c2` the cluster size, and `s3` a split or `sk` stream-K: `m128n128c2sk`.
+/// optionally `c1` or `c2` the cluster size, and `s3` a split, `s3d` a split summed in clusters
+/// of 3 CTAs, or `sk` stream-K: `m128n128c2sk`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Forced {
     /// The skeleton takes no problem.
@@ -42,7 +47,10 @@ impl Forced {
         }
         let (name, split) = match s.split_once('s') {
             Some((v, "k")) => (v, Some(Schedule::StreamK)),
-            Some((v, sp)) => (v, Some(Schedule::Split(sp.parse().ok()?))),
+            Some((v, sp)) => match sp.strip_suffix('d') {
+                Some(d) => (v, Some(Schedule::SplitInCluster(d.parse().ok()?))),
+                None => (v, Some(Schedule::Split(sp.parse().ok()?))),
+            },
             None => (s, None),
         };
         let (name, cluster) = match name.split_once('c') {
@@ -109,6 +117,10 @@ pub struct Sm90Plan {
     pub tiles: (usize, usize),
     /// CTAs per cluster: 2 pairs W tiles that share each X sub-stage by TMA multicast.
     pub cluster: usize,
+    /// Split-K with one unit per CTA only: the CTAs of a cluster of this many hold the K pieces
+    /// of one tile and sum them in the first one's shared memory (1: no such cluster; the
+    /// pieces go through the workspace).
+    pub kcluster: usize,
     /// Split-K or stream-K.
     pub schedule: Schedule,
     /// K slices per tile (split-K), or the most pieces of any tile (stream-K): the workspace's
@@ -156,6 +168,14 @@ impl Sm90Plan {
     pub fn symbol(&self) -> &'static str {
         self.variant.symbol(self.op)
     }
+    /// CTAs per launched cluster (1: no cluster).
+    pub fn launch_cluster(&self) -> usize {
+        self.cluster.max(self.kcluster)
+    }
+    /// The pieces of split tiles are summed through the workspace (partials and counters).
+    pub fn global_fixup(&self) -> bool {
+        self.split > 1 && self.kcluster == 1
+    }
     /// The workspace it needs.
     pub fn scratch(&self) -> Sm90Scratch {
         let (_, x_rows) = self.wx_rows();
@@ -163,9 +183,9 @@ impl Sm90Plan {
         let tiles = self.tiles.0 * self.tiles.1 * l;
         let mut c = Carve::default();
         let x16 = l * x_rows * self.k_iters * BK * 2;
-        let partials = if self.split > 1 { tiles * self.split * self.variant.bm * self.variant.bn * 4 } else { 0 };
+        let partials = if self.global_fixup() { tiles * self.split * self.variant.bm * self.variant.bn * 4 } else { 0 };
         let (xo, po) = (c.take(x16), c.take(partials));
-        let counters = if self.split > 1 { tiles } else { 0 };
+        let counters = if self.global_fixup() { tiles } else { 0 };
         Sm90Scratch { x16: (xo, x16), partials: (po, partials), needs: WorkspaceNeeds { bytes: c.0, counters } }
     }
 }
@@ -181,8 +201,8 @@ impl fmt::Display for Sm90Plan {
         };
         write!(
             f,
-            "{} {m}x{n}x{k}x{l}: W = {w}, tile {}x{}x{BK}, stages {}+{}, tiles {}x{}, cluster {}, {} {} ({} of {} \
-             k-steps), {} units on {} CTAs x {}, smem {} B, est {:.1} kcycles",
+            "{} {m}x{n}x{k}x{l}: W = {w}, tile {}x{}x{BK}, stages {}+{}, tiles {}x{}, cluster {}, {} {}{} ({} of \
+             {} k-steps), {} units on {} CTAs x {}, smem {} B, est {:.1} kcycles",
             self.symbol(),
             v.bm,
             v.bn,
@@ -193,6 +213,7 @@ impl fmt::Display for Sm90Plan {
             self.cluster,
             if self.schedule == Schedule::StreamK { "stream-K, pieces <=" } else { "split" },
             self.split,
+            if self.kcluster > 1 { " summed in clusters" } else { "" },
             self.iters_per_split,
             self.k_iters,
             self.units,
@@ -216,6 +237,11 @@ const MMA_EFFICIENCY: f64 = 0.78;
 const ISSUE_CYCLES_PER_MTILE: [f64; 2] = [950.0, 2400.0];
 pub(super) const UNIT_OVERHEAD_CYCLES: f64 = 2500.0;
 const PARTIAL_BYTES_PER_CYCLE: f64 = 48.0;
+// The cluster sum moves the pieces 1.. through distributed shared memory, with no L2 round trip
+// in series (an estimate, not fitted).
+const DSMEM_BYTES_PER_CYCLE: f64 = 128.0;
+/// Most CTAs per cluster of the cluster sum of K pieces (the portable cluster size is 8).
+pub const MAX_KCLUSTER: usize = 4;
 
 /// SM cycles per 64-K sub-stage of variant `v`.
 pub(super) fn stage_cycles(v: Variant) -> f64 {
@@ -232,10 +258,29 @@ pub(super) fn fixup_cycles(v: Variant, pieces: usize) -> f64 {
     }
 }
 
-/// Split-K: `units` units of `ips` sub-stages dealt round-robin over `slots` cluster slots.
-fn cost_split(v: Variant, units: usize, split: usize, ips: usize, slots: usize) -> f64 {
+/// Summing a tile's `pieces` in a cluster: pieces 1.. into the first CTA's shared memory.
+fn cluster_fixup_cycles(v: Variant, pieces: usize) -> f64 {
+    ((pieces - 1) * v.bm * v.bn * 4) as f64 / DSMEM_BYTES_PER_CYCLE
+}
+
+/// Split-K: `units` units of `ips` sub-stages dealt round-robin over `slots` cluster slots,
+/// pieces summed in clusters (`kcluster`) or through the workspace.
+fn cost_split(v: Variant, units: usize, split: usize, ips: usize, slots: usize, kcluster: bool) -> f64 {
     let rounds = units.div_ceil(units.min(slots)) as f64;
-    rounds * (ips as f64 * stage_cycles(v) + UNIT_OVERHEAD_CYCLES) + fixup_cycles(v, split)
+    let fixup = if kcluster { cluster_fixup_cycles(v, split) } else { fixup_cycles(v, split) };
+    rounds * (ips as f64 * stage_cycles(v) + UNIT_OVERHEAD_CYCLES) + fixup
+}
+
+/// Whether the pieces of a split-K plan can be summed in clusters of `split` CTAs: a GEMM variant
+/// with fewer than 128 accumulators per thread (sm90/kreduce.cuh's `KCLUSTER_FITS`: the others
+/// spilled), one unit per CTA (`units <= slots`), a cluster the GPU can form, and the other
+/// pieces' f32 tiles fitting in the first CTA's rings.
+pub fn kcluster_ok(op: Op, v: Variant, split: usize, units: usize, slots: usize) -> bool {
+    op == Op::Gemm
+        && (v.bm / 128) * v.bn / 2 < 128
+        && (2..=MAX_KCLUSTER).contains(&split)
+        && units <= slots
+        && (split - 1) * v.bm * v.bn * 4 <= v.layout(op).bar_off
 }
 
 /// Stream-K over `slots` cluster slots: the slot with the largest share, its pieces' overheads,
@@ -294,13 +339,14 @@ pub fn plan(op: Op, (m, n, k, l): (usize, usize, usize, usize), sms: usize, forc
             let tiles_wx = (tiles_w.next_multiple_of(cluster), x_rows.div_ceil(v.bn));
             let groups = tiles_wx.0 / cluster * tiles_wx.1 * l;
             let slots = sms / cluster;
-            let config = |schedule, split, iters_per_split, units, slots: usize, est: f64| Sm90Plan {
+            let config = |schedule, split, kcluster, iters_per_split, units, slots: usize, est: f64| Sm90Plan {
                 op,
                 variant: v,
                 mnkl: (m, n, k, l),
                 swapped,
                 tiles: tiles_wx,
                 cluster,
+                kcluster,
                 schedule,
                 split,
                 k_iters,
@@ -317,14 +363,19 @@ pub fn plan(op: Op, (m, n, k, l): (usize, usize, usize, usize), sms: usize, forc
                 let ips = if (split - 1) * aligned < k_iters { aligned } else { even };
                 // Every slice must be non-empty, and split-K only to fill idle SMs.
                 let legal = (split - 1) * ips < k_iters;
+                let in_cluster = forced_schedule == Some(Schedule::SplitInCluster(split));
                 let wanted = match forced_schedule {
-                    Some(f) => f == Schedule::Split(split),
+                    Some(f) => f == Schedule::Split(split) || in_cluster,
                     None => split == 1 || groups * split <= slots,
                 };
                 if legal && wanted {
                     let units = groups * split;
-                    let est = cost_split(v, units, split, ips, slots);
-                    consider(config(Schedule::Split(split), split, ips, units, units.min(slots), est));
+                    // Summed in clusters only when forced and possible (else the workspace sum).
+                    let kc = in_cluster && cluster == 1 && kcluster_ok(op, v, split, units, slots);
+                    let est = cost_split(v, units, split, ips, slots, kc);
+                    let (schedule, kcluster) =
+                        if kc { (Schedule::SplitInCluster(split), split) } else { (Schedule::Split(split), 1) };
+                    consider(config(schedule, split, kcluster, ips, units, units.min(slots), est));
                 }
             }
             // Stream-K for a single partial wave of tile groups (its workspace holds every split
@@ -334,7 +385,7 @@ pub fn plan(op: Op, (m, n, k, l): (usize, usize, usize, usize), sms: usize, forc
             if wanted && groups < slots && pieces > 1 && pieces <= MAX_SPLIT {
                 let est = cost_stream(v, groups, k_iters, stream_slots, pieces);
                 let ips = (groups * k_iters).div_ceil(stream_slots);
-                consider(config(Schedule::StreamK, pieces, ips, groups, stream_slots, est));
+                consider(config(Schedule::StreamK, pieces, 1, ips, groups, stream_slots, est));
             }
         }
     }
@@ -373,7 +424,7 @@ mod tests {
                 assert!(c.layout().smem_bytes <= SMEM_CAP);
                 let slots = 132 / c.cluster;
                 match c.schedule {
-                    Schedule::Split(split) => {
+                    Schedule::Split(split) | Schedule::SplitInCluster(split) => {
                         assert_eq!(split, c.split);
                         assert!((c.split - 1) * c.iters_per_split < c.k_iters, "{c}");
                         assert!(c.split == 1 || c.units <= slots, "{c}");
@@ -391,8 +442,13 @@ mod tests {
                 }
                 let s = c.scratch();
                 assert!(s.x16.1 >= mnkl.3 * x * mnkl.2 * 2 && s.needs.bytes >= s.partials.0 + s.partials.1);
-                assert_eq!(s.partials.1 > 0, c.split > 1);
-                assert_eq!(s.needs.counters, if c.split > 1 { c.tiles.0 * c.tiles.1 * mnkl.3 } else { 0 });
+                assert_eq!(s.partials.1 > 0, c.global_fixup());
+                assert_eq!(s.needs.counters, if c.global_fixup() { c.tiles.0 * c.tiles.1 * mnkl.3 } else { 0 });
+                // A cluster sum: one unit per CTA, the tile's pieces in one cluster, no pairs.
+                if c.kcluster > 1 {
+                    assert!(c.kcluster == c.split && c.cluster == 1 && c.units == c.grid, "{c}");
+                    assert!(c.grid.is_multiple_of(c.kcluster) && c.kcluster <= MAX_KCLUSTER, "{c}");
+                }
             }
         }
         // Small M: weights on the wgmma M side, all tokens in one X tile.
@@ -428,6 +484,35 @@ mod tests {
         // One W tile cannot pair: the variant's best unpaired configuration instead.
         let c = plan(Op::Gemm, (128, 200, 256, 1), 132, Some(Forced::Config(v, Some(2), None)));
         assert_eq!((c.variant, c.cluster), (v, 1));
+        // Split-K summed in clusters, when forced: one unit per CTA, no workspace.
+        assert_eq!(Forced::parse("m256n64s3d"), Some(Forced::Config(v, None, Some(Schedule::SplitInCluster(3)))));
+        let m128 = Variant { bm: 128, bn: 128 };
+        let in_cluster = |s| Some(Forced::Config(m128, None, Some(Schedule::SplitInCluster(s))));
+        let c = plan(Op::Gemm, shape, 132, in_cluster(4));
+        assert_eq!(
+            (c.schedule, c.kcluster, c.launch_cluster(), c.global_fixup()),
+            (Schedule::SplitInCluster(4), 4, 4, false)
+        );
+        assert_eq!(c.scratch().needs.counters, 0);
+        let c = plan(Op::Gemm, shape, 132, Some(Forced::Config(m128, None, Some(Schedule::Split(4)))));
+        assert_eq!((c.kcluster, c.launch_cluster(), c.global_fixup()), (1, 1, true), "{c}");
+        // Not for more than 4 pieces, nor for the dual GEMM, nor with 128 accumulators per thread:
+        // the workspace sum of the same split instead.
+        let c = plan(Op::Gemm, (128, 1024, 7168, 1), 132, in_cluster(8));
+        assert_eq!((c.schedule, c.kcluster), (Schedule::Split(8), 1), "{c}");
+        let c = plan(Op::Dual, shape, 132, in_cluster(2));
+        assert_eq!((c.schedule, c.kcluster), (Schedule::Split(2), 1), "{c}");
+        let wide = Variant { bm: 128, bn: 256 };
+        let c = plan(
+            Op::Gemm,
+            (256, 4096, 7168, 1),
+            132,
+            Some(Forced::Config(wide, None, Some(Schedule::SplitInCluster(2)))),
+        );
+        assert_eq!((c.schedule, c.kcluster), (Schedule::Split(2), 1), "{c}");
+        // Never chosen unforced.
+        let c = plan(Op::Gemm, (128, 7168, 2048, 1), 132, None);
+        assert_eq!((c.variant, c.schedule, c.kcluster), (m128, Schedule::Split(2), 1), "{c}");
         // Split 16 of 4 k-steps is not legal: the variant's own best split instead.
         let c = plan(Op::Gemm, (128, 4096, 256, 1), 132, Some(Forced::Config(v, None, Some(Schedule::Split(16)))));
         assert_eq!(c.variant, v);
