@@ -10,7 +10,9 @@
 #   tests      gpu-bin/test-* with --ignored --test-threads=1 (TEST_BINS="cuda bench" picks
 #              binaries, default all; TEST_FILTER passes test-name filters).
 #   check      nvfp4 check --backend cuda
-#   bench      nvfp4 bench --json $OUT/bench.json
+#   bench      nvfp4 bench --json $OUT/bench.json (SPEC §7 cold protocol)
+#   graph      nvfp4 bench --mode graph --json $OUT/bench-graph.json (SPEC §7 graph protocol)
+#   large      nvfp4 bench gemm --shapes large --json $OUT/bench-large.json
 #   sanitizer  compute-sanitizer memcheck (small GEMV/grouped cases, the GEMM, dual GEMM and grouped
 #              GEMM small sweeps), racecheck (SPEC GEMV shapes incl. split-K; a small GEMM and dual
 #              case on split-K, stream-K and pairs; the grouped sweep with empty experts) and
@@ -120,6 +122,19 @@ if has_step bench; then
   else
     skip_step "bench" "this nvfp4 has no bench subcommand"
   fi
+fi
+
+if has_step graph; then
+  log="$OUT/bench-graph.log"
+  : >"$log"
+  run_step "bench --mode graph" "$log" "$BIN/nvfp4" bench --mode graph --json "$OUT/bench-graph.json"
+fi
+
+if has_step large; then
+  log="$OUT/bench-large.log"
+  : >"$log"
+  run_step "bench gemm --shapes large" "$log" "$BIN/nvfp4" bench gemm --shapes large \
+    --json "$OUT/bench-large.json"
 fi
 
 if has_step sanitizer; then
