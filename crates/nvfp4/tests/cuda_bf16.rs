@@ -1,9 +1,11 @@
 //! bf16 output on the CUDA backend against the CPU reference's bf16 output: bit-identical on the
 //! exact generators (GEMV, GEMM, grouped GEMM and its MoE form; every kernel path: the wgmma
 //! skeleton with its TMA, paired and element stores, split-K, f32 and f64 alpha; the GEMV with and
-//! without split-K; the mma.sync fallback), and within one bf16 ulp for the dual GEMM (its SiLU is
-//! approximate in f32, and a few f32 ulp can cross a bf16 rounding boundary). Outputs are
-//! poisoned with bf16 NaN before each launch, so an unwritten element fails. Needs an NVIDIA GPU:
+//! without split-K; the mma.sync fallback), and within `1e-3 + 2^-7 |ref|` for the dual GEMM: its
+//! SiLU is approximate in f32, so a few f32 ulp can cross a bf16 rounding boundary (one bf16 ulp
+//! is at most 2^-7 relative), and e^-x flushes to zero a little earlier than the CPU's (values
+//! below 1e-30, which bf16 keeps). Outputs are poisoned with bf16 NaN before each launch, so an
+//! unwritten element fails. Needs an NVIDIA GPU:
 //! `cargo test --release --test cuda_bf16 -- --ignored --test-threads=1`.
 
 use nvfp4::backend::cuda::{CudaBackend, DeviceOp};
@@ -15,24 +17,33 @@ use common::gpu;
 
 const BF16: OutputDtype = OutputDtype::Bf16;
 
-/// Elements that differ: bit-exact, or (`ulps` = 1) by more than one bf16 ulp or in sign.
-fn differences(got: &OutTensor, want: &OutTensor, ulps: u16) -> Vec<(usize, f32, f32)> {
+/// How outputs are compared.
+#[derive(Clone, Copy)]
+enum Rule {
+    /// Every bit.
+    Exact,
+    /// `|got - ref| <= 1e-3 + 2^-7 |ref|`, both finite: SPEC §4's rule with bf16's resolution.
+    Bf16Tolerance,
+}
+
+/// The first elements that fail `rule`, as (index, got, want).
+fn differences(got: &OutTensor, want: &OutTensor, rule: Rule) -> Vec<(usize, f32, f32)> {
     assert_eq!((got.dtype(), want.dtype()), (BF16, BF16));
     assert_eq!(got.shape(), want.shape());
     let (gf, wf) = (got.to_f32(), want.to_f32());
-    got.bits()
-        .iter()
-        .zip(want.bits())
-        .enumerate()
-        .filter(|(_, (&g, &w))| g != w && (ulps == 0 || (g ^ w) & 0x8000 != 0 || g.abs_diff(w) > ulps))
-        .map(|(i, _)| (i, gf[i], wf[i]))
-        .take(8)
-        .collect()
+    let passes = |i: usize| match rule {
+        Rule::Exact => got.bits()[i] == want.bits()[i],
+        Rule::Bf16Tolerance => {
+            let (g, w) = (gf[i] as f64, wf[i] as f64);
+            g.is_finite() && w.is_finite() && (g - w).abs() <= 1e-3 + w.abs() / 128.0
+        }
+    };
+    (0..gf.len()).filter(|&i| !passes(i)).map(|i| (i, gf[i], wf[i])).take(8).collect()
 }
 
 /// Prepares `p` with bf16 outputs, runs it twice (poisoned each time) and compares each output
 /// with the CPU's bf16 outputs.
-fn check(b: &CudaBackend, p: &Problem, ulps: u16, what: &str) {
+fn check(b: &CudaBackend, p: &Problem, rule: Rule, what: &str) {
     let want: Vec<OutTensor> = match p {
         Problem::Gemv(g) => vec![CpuBackend.gemv_as(g, BF16).unwrap()],
         Problem::Gemm(g) => vec![CpuBackend.gemm_as(g, BF16).unwrap()],
@@ -47,7 +58,7 @@ fn check(b: &CudaBackend, p: &Problem, ulps: u16, what: &str) {
         let got = prep.outputs().unwrap();
         assert_eq!(got.len(), want.len());
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            let bad = differences(g, w, ulps);
+            let bad = differences(g, w, rule);
             assert!(
                 bad.is_empty(),
                 "{what} ({}), launch {launch}, output {i}: (index, got, want) {bad:?}",
@@ -73,12 +84,12 @@ fn with_alpha(p: Problem, alpha: Option<f32>, layout: ScaleLayout) -> Problem {
 
 /// Every shape in both scale layouts, with no alpha, a power-of-two alpha (f32 path) and 1/3
 /// (f64 path).
-fn sweep(b: &CudaBackend, shapes: &[Shape], ulps: u16) {
+fn sweep(b: &CudaBackend, shapes: &[Shape], rule: Rule) {
     for (i, shape) in shapes.iter().enumerate() {
         for layout in [ScaleLayout::Plain, ScaleLayout::Blocked] {
             for alpha in [None, Some(0.5), Some(1.0 / 3.0)] {
                 let p = with_alpha(generate(shape, 20 + i as u64).unwrap(), alpha, layout);
-                check(b, &p, ulps, &format!("{shape} {layout:?} alpha {alpha:?}"));
+                check(b, &p, rule, &format!("{shape} {layout:?} alpha {alpha:?}"));
             }
         }
     }
@@ -93,7 +104,7 @@ fn gemv_bf16_bit_exact() {
         Shape::Gemv { m: 2432, k: 4608, l: 2 },
         Shape::Gemv { m: 130, k: 48, l: 3 },
     ];
-    sweep(&gpu(), &shapes, 0);
+    sweep(&gpu(), &shapes, Rule::Exact);
 }
 
 #[test]
@@ -106,18 +117,18 @@ fn gemm_bf16_bit_exact() {
         Shape::Gemm { m: 100, n: 129, k: 256, l: 2 },
         Shape::Gemm { m: 70, n: 33, k: 48, l: 1 },
     ];
-    sweep(&gpu(), &shapes, 0);
+    sweep(&gpu(), &shapes, Rule::Exact);
 }
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
-fn dual_gemm_bf16_within_one_ulp() {
+fn dual_gemm_bf16_within_tolerance() {
     let shapes = [
         Shape::DualGemm { m: 256, n: 512, k: 256, l: 1 },
         Shape::DualGemm { m: 512, n: 768, k: 1536, l: 1 },
         Shape::DualGemm { m: 64, n: 40, k: 48, l: 2 },
     ];
-    sweep(&gpu(), &shapes, 1);
+    sweep(&gpu(), &shapes, Rule::Bf16Tolerance);
 }
 
 #[test]
@@ -128,7 +139,7 @@ fn grouped_gemm_bf16_bit_exact() {
         Shape::GroupedGemm { groups: vec![(64, 128, 512), (72, 384, 512), (96, 512, 256)] },
         Shape::GroupedGemm { groups: vec![(33, 40, 48), (17, 24, 48)] },
     ];
-    sweep(&gpu(), &shapes, 0);
+    sweep(&gpu(), &shapes, Rule::Exact);
 }
 
 /// The MoE form with device offsets: routed rows equal the CPU's bf16 rows; rows past the last
