@@ -237,6 +237,10 @@ def test_bf16_every_operation(rng):
     outs = nvfp4.grouped_gemm(groups, alpha=[2.0, 0.5], out_dtype=torch.bfloat16)
     for o, (x, sx, y, sy), al in zip(outs, groups, (2.0, 0.5)):
         np.testing.assert_array_equal(bits16(o), bf16_bits(ref64(x, sx, y, sy, al)))
+    mixed = [np.empty((40, 72), np.float16), torch.empty(72, 40, dtype=torch.bfloat16)]  # one list, two dtypes
+    nvfp4.grouped_gemm(groups, alpha=[2.0, 0.5], out=mixed)
+    np.testing.assert_array_equal(mixed[0].view(np.uint16), gemm_ref(*groups[0], alpha=2.0).view(np.uint16))
+    np.testing.assert_array_equal(bits16(mixed[1]), bits16(outs[1]))
     # f16 overflows here (16 * 2688^2 = 2^18 * 441); bf16 holds it (2^18 * 440, a tie to even).
     big = np.full((1, 8), 0x77, np.uint8)  # E2M1 6, 6
     s448 = np.full((1, 1), 0x7E, np.uint8)

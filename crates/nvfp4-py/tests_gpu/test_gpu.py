@@ -219,6 +219,10 @@ def test_bf16_gemm_gemv_grouped_bit_identical(g, m, n, k, l):
     out = torch.full((l, m, n), float("nan"), dtype=torch.bfloat16, device=DEV)
     got = nvfp4.gemm(a, sfa, b, sfb, alpha=0.5, out=out)
     assert got is out and torch.equal(bits(got), bits(ref))
+    # The same memory as float16: the bound-op cache keys on the output's dtype too.
+    as16 = nvfp4.gemm(a, sfa, b, sfb, alpha=0.5, out=out.view(torch.float16))
+    assert torch.equal(bits(as16), bits(ref_gemm(a, sfa, b, sfb, alpha=0.5)))
+    assert torch.equal(bits(nvfp4.gemm(a, sfa, b, sfb, alpha=0.5, out=out)), bits(ref))
     blk = nvfp4.gemm(a, to_blocked(sfa), b, to_blocked(sfb), alpha=0.5, out_dtype=torch.bfloat16)
     assert blk.dtype == torch.bfloat16 and torch.equal(bits(blk), bits(ref))
     op = torch.ops.nvfp4.gemm(a, sfa, b, sfb, 0.5, torch.bfloat16)
@@ -231,6 +235,14 @@ def test_bf16_gemm_gemv_grouped_bit_identical(g, m, n, k, l):
         outs = nvfp4.grouped_gemm(groups, alpha=2.0, out_dtype=torch.bfloat16)
         for o, (x, sx, y, sy) in zip(outs, groups):
             assert torch.equal(bits(o), bits(to_bf16(deq(x, sx) @ deq(y, sy).T * 2.0)))
+        # One launch, each group in its own output's dtype.
+        mixed = [
+            torch.empty(m, n, dtype=torch.float16, device=DEV),
+            torch.empty(n, m, dtype=torch.bfloat16, device=DEV),
+        ]
+        nvfp4.grouped_gemm(groups, alpha=2.0, out=mixed)
+        assert torch.equal(bits(mixed[0]), bits(ref_gemm(a[0], sfa[0], b[0], sfb[0], alpha=2.0)))
+        assert torch.equal(bits(mixed[1]), bits(outs[1]))
 
 
 def test_bf16_moe_same_as_cpu(g):
