@@ -141,10 +141,11 @@ impl F16View {
         Self { dtype, ..self }
     }
 
-    /// A view of an f16 `[L, rows, cols]` output the caller owns (e.g. a framework's tensor).
+    /// A view of an f16 `[L, rows, cols]` output the caller owns (e.g. a framework's tensor); a
+    /// bf16 one is this view [`with_dtype`](F16View::with_dtype) bf16.
     ///
     /// # Safety
-    /// `addr` must be a device address of this backend's context holding `L * rows * cols` f16,
+    /// `addr` must be a device address of this backend's context holding `L * rows * cols` 16-bit elements,
     /// 16-byte aligned, that stays allocated until every launch bound to this view has completed
     /// and that nothing else reads or writes while those launches run.
     pub unsafe fn from_raw(addr: u64, shape: [usize; 3]) -> Result<Self> {
