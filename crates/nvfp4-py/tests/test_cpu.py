@@ -254,6 +254,25 @@ def test_bf16_every_operation(rng):
     assert diff.max() <= 1 and np.mean(diff) < 0.01
 
 
+def test_bf16_moe(rng):
+    torch = pytest.importorskip("torch")
+    t, e, n, k = 40, 4, 48, 256
+    a, sfa = operand(rng, 1, t, k)
+    b, sfb = operand(rng, e, n, k)
+    ends = [5, 5, 22, 36]  # an empty expert; rows 36.. routed to none
+    out = torch.full((t, n), float("nan"), dtype=torch.bfloat16)
+    got = nvfp4.grouped_gemm((a[0], sfa[0], b, sfb), offsets=np.array(ends, np.int32), alpha=2.0, out=out)
+    assert got is out and torch.isnan(out[36:]).all()  # rows of no expert untouched
+    start = 0
+    for x, end in enumerate(ends):
+        rows = decode(a[0, start:end], sfa[0, start:end]) @ decode(b[x], sfb[x]).T * 2.0
+        np.testing.assert_array_equal(bits16(got[start:end]), bf16_bits(rows))
+        start = end
+    new = nvfp4.grouped_gemm((a[0], sfa[0], b, sfb), offsets=np.array(ends, np.int32), alpha=2.0, out_dtype="bfloat16")
+    assert new.dtype == torch.bfloat16 and (new[36:] == 0).all()
+    np.testing.assert_array_equal(bits16(new[:36]), bits16(got[:36]))
+
+
 def _dual64(a, sfa, b1, sfb1, b2, sfb2, alpha):
     """The dual GEMM's gate in float32 as SPEC §3 has it (e^-x overflows to inf for x < -88: the
     gate is then -0), as float64."""
