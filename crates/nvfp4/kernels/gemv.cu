@@ -277,7 +277,7 @@ __device__ void gemv_body(const GemvParams& p) {
     const int my_row = (rc / 4) * 128 + 32 * (lane / 8) + (rc % 4) * 8 + warp;  // row of lane 8q
     const bool writer = lane % 8 == 0 && my_row < p.m;
     if (p.split == 1) {
-      if (writer) p.c[(i64)l * p.m + my_row] = out::of_f64_predicated((double)total * p.alpha, p.out_bf16);
+      if (writer) out::store_f64_call(p.c + (i64)l * p.m + my_row, (double)total * p.alpha, p.out_bf16);
       continue;
     }
     if (writer) p.partial[((i64)slice * p.l + l) * p.m + my_row] = total;
@@ -296,7 +296,7 @@ __device__ void gemv_body(const GemvParams& p) {
         if (r < p.m) {
           float sum = 0.f;
           for (int s = 0; s < p.split; ++s) sum += ptx::ld_cg_f32(p.partial + ((i64)s * p.l + l) * p.m + r);
-          p.c[(i64)l * p.m + r] = out::of_f64_predicated((double)sum * p.alpha, p.out_bf16);
+          out::store_f64_call(p.c + (i64)l * p.m + r, (double)sum * p.alpha, p.out_bf16);
         }
       }
       if (threadIdx.x == 0) p.counters[(i64)l * p.row_ctas + rc] = 0;  // ready for the next launch

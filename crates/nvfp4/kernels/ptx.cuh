@@ -143,16 +143,6 @@ NVFP4_DEVICE u16 f64_to_bf16_rn(double x) {
   return h;
 }
 
-// f64 to bf16 bits when `bf16` is nonzero, else to f16 bits, as f64_to_bf16_rn / f64_to_f16_rn:
-// one predicated conversion (see output.cuh for where it helps and where it hurts).
-NVFP4_DEVICE u16 f64_to_f16_or_bf16_rn(double x, i32 bf16) {
-  u16 h;
-  asm("{\n\t.reg .pred p;\n\tsetp.ne.s32 p, %2, 0;\n\t@p cvt.rn.bf16.f64 %0, %1;\n\t@!p cvt.rn.f16.f64 %0, %1;\n\t}"
-      : "=h"(h)
-      : "d"(x), "r"(bf16));
-  return h;
-}
-
 // f32 to bf16 bits, round to nearest even.
 NVFP4_DEVICE u16 f32_to_bf16_rn(float x) {
   u16 h;
