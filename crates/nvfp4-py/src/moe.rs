@@ -9,15 +9,15 @@ use nvfp4::{Backend, CpuBackend, MoeGemm};
 use pyo3::prelude::*;
 
 use crate::error::{value, IntoPy, PyResult};
-use crate::operand::{check_out, out_view};
-use crate::ops::{check_alpha, f16_bytes, key, launch, Call};
+use crate::operand::{check_out, out_dtype, out_view};
+use crate::ops::{check_alpha, key, launch, Call};
 use crate::tensor::{Device, Dtype};
 
 /// The bound-op cache's name of this operation (the others are 1 to 3, in `ops`).
 const OP_MOE: u64 = 4;
 
 /// Row t of the output, for t in `offsets[e-1]..offsets[e]` (`0..offsets[0]` for e = 0), is
-/// `f16(alpha · Σ_k A[t, k] · B[e, n, k])`. Rows at or past `offsets[E-1]` belong to no expert
+/// `f16(alpha · Σ_k A[t, k] · B[e, n, k])` (bf16 for a bfloat16 `out`). Rows at or past `offsets[E-1]` belong to no expert
 /// and are left as they are, on both backends.
 #[pyfunction]
 #[pyo3(signature = (a, sfa, b, sfb, offsets, out, alpha=None, layout=None, stream=None))]
@@ -71,9 +71,9 @@ pub fn grouped_gemm_moe(
         Device::Cpu => {
             let ends = offsets.host_bytes(4)?.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]));
             let p = MoeGemm::new(a.to_host()?, b.to_host()?, ends.collect(), alpha).py()?;
-            let routed = p.routed_tokens();
-            let c = py.detach(move || CpuBackend.moe_gemm(&p)).py()?;
-            out.write_host_prefix(&f16_bytes(&c)[..routed * n * 2], 2)
+            let (routed, dtype) = (p.routed_tokens(), out_dtype(&out));
+            let c = py.detach(move || CpuBackend.moe_gemm_as(&p, dtype)).py()?;
+            out.write_host_prefix(&c.to_le_bytes()[..routed * n * 2], 2)
         }
         Device::Cuda(d) => {
             let (av, bv, cv) = (a.view()?, b.view()?, out_view(&out, shape)?);

@@ -1,8 +1,9 @@
 //! Operands of the operations as the caller passes them: packed values and scales (plain or
-//! blocked, SPEC §2) making one NVFP4 tensor, and the f16 output, checked against each other.
+//! blocked, SPEC §2) making one NVFP4 tensor, and the f16 or bf16 output, checked against each
+//! other.
 
 use nvfp4::backend::cuda::{F16View, Nvfp4Meta, Nvfp4View};
-use nvfp4::{Nvfp4Tensor, ScaleLayout};
+use nvfp4::{Nvfp4Tensor, OutputDtype, ScaleLayout};
 
 use crate::error::{value, IntoPy, PyResult};
 use crate::tensor::{Dtype, Tensor};
@@ -105,18 +106,20 @@ impl Operand {
     }
 }
 
-/// Checks the output: f16 of `[L, rows, cols]` (or `[rows, cols]` when `flat`) on `device`.
+/// The element type of an output tensor (checked by [`check_out`]): the operation rounds to it once.
+pub fn out_dtype(out: &Tensor) -> OutputDtype {
+    if out.dtype == Dtype::Bf16 {
+        OutputDtype::Bf16
+    } else {
+        OutputDtype::F16
+    }
+}
+
+/// Checks the output: float16 or bfloat16 of `[L, rows, cols]` (or `[rows, cols]` when `flat`).
 pub fn check_out(out: &Tensor, shape: [usize; 3], flat: bool) -> PyResult<()> {
     out.writable()?;
-    match out.dtype {
-        Dtype::F16 => {}
-        Dtype::Bf16 => {
-            return Err(value(format!(
-                "{}: bfloat16 output is not supported yet (the kernels round once to float16)",
-                out.name
-            )))
-        }
-        d => return Err(value(format!("{}: the output must be float16, got {d}", out.name))),
+    if !matches!(out.dtype, Dtype::F16 | Dtype::Bf16) {
+        return Err(value(format!("{}: the output must be float16 or bfloat16, got {}", out.name, out.dtype)));
     }
     let want: Vec<usize> = if flat { shape[1..].to_vec() } else { shape.to_vec() };
     if out.shape != want {
@@ -125,10 +128,10 @@ pub fn check_out(out: &Tensor, shape: [usize; 3], flat: bool) -> PyResult<()> {
     Ok(())
 }
 
-/// A device view of a checked output.
+/// A device view of a checked output, of its dtype.
 pub fn out_view(out: &Tensor, shape: [usize; 3]) -> PyResult<F16View> {
-    // SAFETY: a CUDA f16 tensor of the call's device holding exactly `shape` elements, dense
-    // (checked by `check_out` and at import), kept alive by the caller's framework while the
-    // enqueued kernels run.
-    unsafe { F16View::from_raw(out.ptr, shape) }.py()
+    // SAFETY: a CUDA f16 or bf16 tensor of the call's device holding exactly `shape` elements,
+    // dense (checked by `check_out` and at import), kept alive by the caller's framework while
+    // the enqueued kernels run.
+    Ok(unsafe { F16View::from_raw(out.ptr, shape) }.py()?.with_dtype(out_dtype(out)))
 }

@@ -2,15 +2,14 @@
 //! tensors (a copy in, the exact reference, a copy out) or the CUDA backend for device tensors
 //! (zero-copy views, bound and launched on the caller's stream, nothing allocated).
 
-use half::f16;
 use nvfp4::backend::cuda::{DeviceOp, F16View, GemmViews, Nvfp4View};
-use nvfp4::{Backend, CpuBackend, DualGemm, F16Tensor, Gemm, Gemv, GroupedGemm, ScaleLayout};
+use nvfp4::{Backend, CpuBackend, DualGemm, Gemm, Gemv, OutputDtype, ScaleLayout};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use crate::cuda::{launch_cached, with_device};
 use crate::error::{value, IntoPy, PyResult};
-use crate::operand::{check_out, out_view, parse_layout, Operand};
+use crate::operand::{check_out, out_dtype, out_view, parse_layout, Operand};
 use crate::tensor::{Device, Importer, Tensor};
 
 /// The imports of one call (the first tensor fixes the device and the stream; the rest must
@@ -65,12 +64,8 @@ fn check_pair(what: &str, a: &Operand, b: &Operand) -> PyResult<()> {
     Ok(())
 }
 
-pub(crate) fn f16_bytes(t: &F16Tensor) -> Vec<u8> {
-    t.data().iter().flat_map(|h: &f16| h.to_bits().to_le_bytes()).collect()
-}
-
 /// What a bound operation's parameters depend on: operation, operand addresses, shapes and
-/// layouts, outputs, alphas.
+/// layouts, outputs (address, shape, dtype), alphas.
 pub(crate) fn key(op: u64, operands: &[&Operand], outs: &[&Tensor], alphas: &[Option<f32>]) -> Vec<u64> {
     let mut k = vec![op];
     for o in operands {
@@ -85,7 +80,7 @@ pub(crate) fn key(op: u64, operands: &[&Operand], outs: &[&Tensor], alphas: &[Op
         ]);
     }
     for t in outs {
-        k.push(t.ptr);
+        k.extend([t.ptr, (out_dtype(t) == OutputDtype::Bf16) as u64]);
         k.extend(t.shape.iter().map(|&d| d as u64));
     }
     k.extend(alphas.iter().map(|a| a.map_or(1 << 32, |v| v.to_bits() as u64)));
@@ -165,15 +160,15 @@ fn gemm_shaped(
     check_out(&out, shape, a.flat && b.flat)?;
     match call.device() {
         Device::Cpu => {
-            let (ah, bh) = (a.to_host()?, b.to_host()?);
+            let (ah, bh, dtype) = (a.to_host()?, b.to_host()?, out_dtype(&out));
             let c = if gemv {
                 let p = Gemv::new(ah, bh, alpha).py()?;
-                py.detach(move || CpuBackend.gemv(&p)).py()?
+                py.detach(move || CpuBackend.gemv_as(&p, dtype)).py()?
             } else {
                 let p = Gemm::new(ah, bh, alpha).py()?;
-                py.detach(move || CpuBackend.gemm(&p)).py()?
+                py.detach(move || CpuBackend.gemm_as(&p, dtype)).py()?
             };
-            out.write_host(&f16_bytes(&c), 2)
+            out.write_host(&c.to_le_bytes(), 2)
         }
         Device::Cuda(d) => {
             let (av, bv, cv) = (a.view()?, b.view()?, out_view(&out, shape)?);
@@ -222,8 +217,9 @@ pub fn dual_gemm(
     match call.device() {
         Device::Cpu => {
             let p = DualGemm::new(a.to_host()?, b1.to_host()?, b2.to_host()?, alpha).py()?;
-            let c = py.detach(move || CpuBackend.dual_gemm(&p)).py()?;
-            out.write_host(&f16_bytes(&c), 2)
+            let dtype = out_dtype(&out);
+            let c = py.detach(move || CpuBackend.dual_gemm_as(&p, dtype)).py()?;
+            out.write_host(&c.to_le_bytes(), 2)
         }
         Device::Cuda(d) => {
             let (av, b1v, b2v, cv) = (a.view()?, b1.view()?, b2.view()?, out_view(&out, shape)?);
@@ -291,14 +287,13 @@ pub fn grouped_gemm(
     }
     match call.device() {
         Device::Cpu => {
-            let mut gemms = Vec::with_capacity(g);
-            for ((a, b, _, _), al) in ops.iter().zip(&alphas) {
-                gemms.push(Gemm::new(a.to_host()?, b.to_host()?, *al).py()?);
-            }
-            let p = GroupedGemm::new(gemms).py()?;
-            let cs = py.detach(move || CpuBackend.grouped_gemm(&p)).py()?;
-            for ((_, _, out, _), c) in ops.iter().zip(&cs) {
-                out.write_host(&f16_bytes(c), 2)?;
+            // Each group as a GEMM (the CPU reference has no launch to share), in its output's
+            // dtype: a list may mix them.
+            for ((a, b, out, _), al) in ops.iter().zip(&alphas) {
+                let p = Gemm::new(a.to_host()?, b.to_host()?, *al).py()?;
+                let dtype = out_dtype(out);
+                let c = py.detach(move || CpuBackend.gemm_as(&p, dtype)).py()?;
+                out.write_host(&c.to_le_bytes(), 2)?;
             }
             Ok(())
         }

@@ -67,3 +67,18 @@ def operand(rng, l, rows, k, scale_values=(0.0, 1.0, 2.0, 3.0), byte_max=256):
 def within_tolerance(got, ref):
     got, ref = got.astype(np.float64), ref.astype(np.float64)
     return bool(np.all((np.abs(got - ref) <= 1e-3 + 1e-3 * np.abs(ref)) | (np.isnan(got) & np.isnan(ref))))
+
+
+def bf16_bits(x):
+    """float64 -> bfloat16 bits (uint16), rounded once to nearest even: to float32 rounded to odd
+    (keeps the sticky bit), then float32 -> bfloat16 to nearest even on the bits. Finite inputs."""
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        y = x.astype(np.float32)
+    t = y.view(np.uint32).copy()
+    inexact = y.astype(np.float64) != x
+    away = inexact & (np.abs(y.astype(np.float64)) > np.abs(x))
+    t[away] -= 1
+    t[inexact] |= 1
+    t = t.astype(np.uint64)
+    return ((t + 0x7FFF + ((t >> 16) & 1)) >> 16).astype(np.uint16)

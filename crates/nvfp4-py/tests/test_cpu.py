@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import nvfp4
-from reference import decode, dual_ref, gemm_ref, operand, to_blocked, within_tolerance
+from reference import bf16_bits, decode, dual_ref, gemm_ref, operand, to_blocked, within_tolerance
 
 
 @pytest.fixture
@@ -187,6 +187,102 @@ def test_quantize_then_gemm_matches_dequantized(rng):
     assert within_tolerance(got, ref)
 
 
+# ---- bfloat16 output (NumPy has no bfloat16: the results are CPU torch tensors) ------------------
+
+
+def test_bf16_reference_rounds_once():
+    one_up = 1 + 2.0**-7
+    x = np.array([1 + 2.0**-8, 1 + 2.0**-8 + 2.0**-40, -(1 + 2.0**-8 + 2.0**-12), 70000.0, 2.0**18 * 441, 0.0])
+    want = np.array([1.0, one_up, -one_up, 70144.0, 2.0**18 * 440, 0.0], dtype=np.float32)
+    np.testing.assert_array_equal(bf16_bits(x), (want.view(np.uint32) >> 16).astype(np.uint16))
+
+
+def test_bf16_without_torch_is_a_clear_error(rng):
+    try:
+        import torch  # noqa: F401
+
+        pytest.skip("torch is installed: NumPy operands get a torch bfloat16 result")
+    except ImportError:
+        pass
+    a, sfa = small(rng)
+    with pytest.raises(ValueError, match="needs torch"):
+        nvfp4.gemm(a, sfa, a, sfa, out_dtype="bfloat16")
+
+
+def bits16(t):
+    """A CPU torch bfloat16 tensor's bits as NumPy uint16."""
+    import torch
+
+    return t.view(torch.int16).numpy().view(np.uint16)
+
+
+def test_bf16_every_operation(rng):
+    torch = pytest.importorskip("torch")
+
+    def ref64(a, sfa, b, sfb, alpha=1.0):
+        return decode(a, sfa) @ np.swapaxes(decode(b, sfb), -1, -2) * alpha
+
+    a, sfa = operand(rng, 2, 40, 256)
+    b, sfb = operand(rng, 2, 72, 256)
+    got = nvfp4.gemm(a, sfa, b, sfb, alpha=1 / 3, out_dtype=torch.bfloat16)
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.bfloat16 and got.shape == (2, 40, 72)
+    np.testing.assert_array_equal(bits16(got), bf16_bits(ref64(a, sfa, b, sfb, np.float64(np.float32(1 / 3)))))
+    out = torch.full((2, 40, 72), float("nan"), dtype=torch.bfloat16)
+    assert nvfp4.gemm(a, sfa, b, to_blocked(sfb), out=out) is out
+    np.testing.assert_array_equal(bits16(out), bf16_bits(ref64(a, sfa, b, sfb)))
+    v, sv = operand(rng, 2, 1, 256, (0.0, 1.0, 2.0), byte_max=4)
+    gv = nvfp4.gemv(a, sfa, v, sv, out_dtype="bfloat16")
+    np.testing.assert_array_equal(bits16(gv), bf16_bits(ref64(a, sfa, v, sv)))
+    groups = [(a[0], sfa[0], b[0], sfb[0]), (b[1], sfb[1], a[1], sfa[1])]
+    outs = nvfp4.grouped_gemm(groups, alpha=[2.0, 0.5], out_dtype=torch.bfloat16)
+    for o, (x, sx, y, sy), al in zip(outs, groups, (2.0, 0.5)):
+        np.testing.assert_array_equal(bits16(o), bf16_bits(ref64(x, sx, y, sy, al)))
+    mixed = [np.empty((40, 72), np.float16), torch.empty(72, 40, dtype=torch.bfloat16)]  # one list, two dtypes
+    nvfp4.grouped_gemm(groups, alpha=[2.0, 0.5], out=mixed)
+    np.testing.assert_array_equal(mixed[0].view(np.uint16), gemm_ref(*groups[0], alpha=2.0).view(np.uint16))
+    np.testing.assert_array_equal(bits16(mixed[1]), bits16(outs[1]))
+    # f16 overflows here (16 * 2688^2 = 2^18 * 441); bf16 holds it (2^18 * 440, a tie to even).
+    big = np.full((1, 8), 0x77, np.uint8)  # E2M1 6, 6
+    s448 = np.full((1, 1), 0x7E, np.uint8)
+    assert np.isinf(nvfp4.gemm(big, s448, big, s448)[0, 0])
+    assert bits16(nvfp4.gemm(big, s448, big, s448, out_dtype=torch.bfloat16))[0, 0] == bf16_bits(2.0**18 * 441)
+    # The dual GEMM: the f32 gate rounded once; two f32 exp implementations may differ by one ulp.
+    a2, b1, b2 = a & 0xBB, b & 0xBB, b[:, ::-1].copy() & 0xBB
+    d = nvfp4.dual_gemm(a2, sfa, b1, sfb, b2, sfb, alpha=0.5, out_dtype=torch.bfloat16)
+    want = bf16_bits(_dual64(a2, sfa, b1, sfb, b2, sfb, 0.5))
+    diff = np.abs(bits16(d).astype(np.int32) - want.astype(np.int32))
+    assert diff.max() <= 1 and np.mean(diff) < 0.01
+
+
+def test_bf16_moe(rng):
+    torch = pytest.importorskip("torch")
+    t, e, n, k = 40, 4, 48, 256
+    a, sfa = operand(rng, 1, t, k)
+    b, sfb = operand(rng, e, n, k)
+    ends = [5, 5, 22, 36]  # an empty expert; rows 36.. routed to none
+    out = torch.full((t, n), float("nan"), dtype=torch.bfloat16)
+    got = nvfp4.grouped_gemm((a[0], sfa[0], b, sfb), offsets=np.array(ends, np.int32), alpha=2.0, out=out)
+    assert got is out and torch.isnan(out[36:]).all()  # rows of no expert untouched
+    start = 0
+    for x, end in enumerate(ends):
+        rows = decode(a[0, start:end], sfa[0, start:end]) @ decode(b[x], sfb[x]).T * 2.0
+        np.testing.assert_array_equal(bits16(got[start:end]), bf16_bits(rows))
+        start = end
+    new = nvfp4.grouped_gemm((a[0], sfa[0], b, sfb), offsets=np.array(ends, np.int32), alpha=2.0, out_dtype="bfloat16")
+    assert new.dtype == torch.bfloat16 and (new[36:] == 0).all()
+    np.testing.assert_array_equal(bits16(new[:36]), bits16(got[:36]))
+
+
+def _dual64(a, sfa, b1, sfb1, b2, sfb2, alpha):
+    """The dual GEMM's gate in float32 as SPEC §3 has it (e^-x overflows to inf for x < -88: the
+    gate is then -0), as float64."""
+    da = decode(a, sfa)
+    x1 = (da @ np.swapaxes(decode(b1, sfb1), -1, -2)).astype(np.float32) * np.float32(alpha)
+    x2 = (da @ np.swapaxes(decode(b2, sfb2), -1, -2)).astype(np.float32) * np.float32(alpha)
+    with np.errstate(over="ignore"):
+        return (x1 / (np.float32(1) + np.exp(-x1)) * x2).astype(np.float64)
+
+
 # ---- errors -------------------------------------------------------------------------------------
 
 
@@ -215,8 +311,10 @@ def test_error_dtypes(rng):
         nvfp4.gemm(a, sfa.astype(np.int32), a, sfa)
     with pytest.raises(ValueError, match="float16"):
         nvfp4.gemm(a, sfa, a, sfa, out=np.zeros((8, 8), np.float32))
-    with pytest.raises(ValueError, match="bfloat16"):
-        nvfp4.gemm(a, sfa, a, sfa, out_dtype="bfloat16")
+    with pytest.raises(ValueError, match="float16 or bfloat16"):
+        nvfp4.gemm(a, sfa, a, sfa, out_dtype="float32")
+    with pytest.raises(ValueError, match="out_dtype is bfloat16"):
+        nvfp4.gemm(a, sfa, a, sfa, out=np.zeros((8, 8), np.float16), out_dtype="bfloat16")
     with pytest.raises(ValueError, match="float32, float16 or bfloat16"):
         nvfp4.quantize(np.zeros((4, 32), np.int32))
 

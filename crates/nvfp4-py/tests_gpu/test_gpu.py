@@ -51,6 +51,21 @@ def bits(t):
     return t.view(torch.int16)
 
 
+def to_bf16(x64):
+    """float64 -> bfloat16 rounded once, for values float32 holds exactly (asserted): torch's
+    float64 -> bfloat16 goes through float32, a second rounding otherwise."""
+    x32 = x64.float()
+    assert torch.equal(x32.double(), x64), "not exact in float32"
+    return x32.to(torch.bfloat16)
+
+
+def close_bf16(got, ref):
+    """SPEC §4's rule with bfloat16's resolution: |got - ref| <= 1e-3 + 2^-7 |ref| (one bf16 ulp
+    at most, and the tiny values that an approximate e^-x flushes a little earlier)."""
+    got, ref = got.double(), ref.double()
+    return bool(((got - ref).abs() <= 1e-3 + ref.abs() / 128).all())
+
+
 def poison(shape):
     return torch.full(shape, float("nan"), dtype=torch.float16, device=DEV)
 
@@ -196,6 +211,74 @@ def test_moe_errors_on_gpu(g):
         nvfp4.grouped_gemm((a3[0], sfa3[0], b3, sfb3), offsets=offs)
 
 
+@pytest.mark.parametrize("m,n,k,l", [(128, 256, 256, 1), (128, 3072, 1536, 1), (512, 512, 2048, 1), (40, 72, 512, 2), (7, 9, 48, 1)])
+def test_bf16_gemm_gemv_grouped_bit_identical(g, m, n, k, l):
+    a, sfa = operand(g, l, m, k)
+    b, sfb = operand(g, l, n, k)
+    ref = to_bf16(deq(a, sfa) @ deq(b, sfb).transpose(-1, -2) * 0.5)
+    out = torch.full((l, m, n), float("nan"), dtype=torch.bfloat16, device=DEV)
+    got = nvfp4.gemm(a, sfa, b, sfb, alpha=0.5, out=out)
+    assert got is out and torch.equal(bits(got), bits(ref))
+    # The same memory as float16: the bound-op cache keys on the output's dtype too.
+    as16 = nvfp4.gemm(a, sfa, b, sfb, alpha=0.5, out=out.view(torch.float16))
+    assert torch.equal(bits(as16), bits(ref_gemm(a, sfa, b, sfb, alpha=0.5)))
+    assert torch.equal(bits(nvfp4.gemm(a, sfa, b, sfb, alpha=0.5, out=out)), bits(ref))
+    blk = nvfp4.gemm(a, to_blocked(sfa), b, to_blocked(sfb), alpha=0.5, out_dtype=torch.bfloat16)
+    assert blk.dtype == torch.bfloat16 and torch.equal(bits(blk), bits(ref))
+    op = torch.ops.nvfp4.gemm(a, sfa, b, sfb, 0.5, torch.bfloat16)
+    assert torch.equal(bits(op), bits(ref))
+    v, sv = operand(g, l, 1, k, (0.0, 1.0, 2.0), byte_max=4)
+    gv = nvfp4.gemv(a, sfa, v, sv, out_dtype=torch.bfloat16)
+    assert torch.equal(bits(gv), bits(to_bf16(deq(a, sfa) @ deq(v, sv).transpose(-1, -2))))
+    if l == 1:
+        groups = [(a[0], sfa[0], b[0], sfb[0]), (b[0], sfb[0], a[0], sfa[0])]
+        outs = nvfp4.grouped_gemm(groups, alpha=2.0, out_dtype=torch.bfloat16)
+        for o, (x, sx, y, sy) in zip(outs, groups):
+            assert torch.equal(bits(o), bits(to_bf16(deq(x, sx) @ deq(y, sy).T * 2.0)))
+        # One launch, each group in its own output's dtype.
+        mixed = [
+            torch.empty(m, n, dtype=torch.float16, device=DEV),
+            torch.empty(n, m, dtype=torch.bfloat16, device=DEV),
+        ]
+        nvfp4.grouped_gemm(groups, alpha=2.0, out=mixed)
+        assert torch.equal(bits(mixed[0]), bits(ref_gemm(a[0], sfa[0], b[0], sfb[0], alpha=2.0)))
+        assert torch.equal(bits(mixed[1]), bits(outs[1]))
+
+
+def test_bf16_moe_same_as_cpu(g):
+    t, e, n, k = 300, 8, 256, 512
+    a, sfa = operand(g, 1, t, k)
+    b, sfb = operand(g, e, n, k)
+    offs = torch.tensor([40, 40, 100, 172, 172, 250, 251, 290], dtype=torch.int32, device=DEV)
+    out = torch.full((t, n), float("nan"), dtype=torch.bfloat16, device=DEV)
+    got = nvfp4.grouped_gemm((a[0], sfa[0], b, sfb), offsets=offs, alpha=0.5, out=out)
+    host = (a[0].cpu(), sfa[0].cpu(), b.cpu(), sfb.cpu())
+    cpu = nvfp4.grouped_gemm(host, offsets=offs.cpu(), alpha=0.5, out_dtype=torch.bfloat16)
+    assert torch.equal(bits(got[:290].cpu()), bits(cpu[:290]))  # rows 290.. belong to no expert
+    assert got[290:].isnan().all()
+    assert torch.equal(bits(got[:40]), bits(to_bf16(deq(a[0, :40], sfa[0, :40]) @ deq(b[0], sfb[0]).T * 0.5)))
+
+
+def test_bf16_where_f16_overflows_and_dual_gemm(g):
+    big = torch.full((128, 8), 0x77, dtype=torch.uint8, device=DEV)  # E2M1 6 in both nibbles
+    s448 = torch.full((128, 1), 0x7E, dtype=torch.uint8, device=DEV)
+    assert nvfp4.gemm(big, s448, big, s448).isinf().all()
+    got = nvfp4.gemm(big, s448, big, s448, out_dtype=torch.bfloat16)
+    assert (got.float() == 2.0**18 * 440).all()  # 16 * 2688^2 = 2^18 * 441: a tie, to even
+    m, n, k = 256, 512, 1536
+    a, sfa = operand(g, 1, m, k, (0.5, 1.0), mask=0xBB)
+    b1, sfb1 = operand(g, 1, n, k, (0.5, 1.0), mask=0xBB)
+    b2, sfb2 = operand(g, 1, n, k, (0.5, 1.0), mask=0xBB)
+    x1 = (deq(a, sfa) @ deq(b1, sfb1).transpose(-1, -2)).float()
+    x2 = (deq(a, sfa) @ deq(b2, sfb2).transpose(-1, -2)).float()
+    ref = (x1 / (1 + torch.exp(-x1)) * x2).to(torch.bfloat16)  # the gate in float32 (SPEC §3)
+    out = torch.full((1, m, n), float("nan"), dtype=torch.bfloat16, device=DEV)
+    got = nvfp4.dual_gemm(a, sfa, b1, sfb1, b2, sfb2, out=out)
+    assert close_bf16(got, ref)
+    compiled = torch.compile(lambda *t: torch.ops.nvfp4.dual_gemm(*t, None, torch.bfloat16), fullgraph=True)
+    assert torch.equal(bits(compiled(a, sfa, b1, sfb1, b2, sfb2)), bits(got))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("layout", ["plain", "blocked"])
 def test_quantize_bit_identical_to_cpu(dtype, layout):
@@ -339,9 +422,13 @@ def test_linear_matches_dequantized_twin(convention):
     xd = deq(xv, xs) * layer.input_scale
     wd = deq(wv, ws) * layer.weight_global
     twin = (xd @ wd.T).to(torch.float16).reshape(4, 33, n)
-    g16 = nvfp4.gemm(xv, xs, layer.weight, layer.weight_scale, alpha=layer.input_scale * layer.weight_global)
+    alpha = layer.input_scale * layer.weight_global
+    g16 = nvfp4.gemm(xv, xs, layer.weight, layer.weight_scale, alpha=alpha)
     assert close(g16.reshape(4, 33, n), twin)
-    assert torch.equal(y, g16.reshape(4, 33, n).to(torch.bfloat16))
+    # bfloat16 out: the GEMM rounds once to bfloat16 (not float16 first).
+    gbf = nvfp4.gemm(xv, xs, layer.weight, layer.weight_scale, alpha=alpha, out_dtype=torch.bfloat16)
+    assert torch.equal(y, gbf.reshape(4, 33, n))
+    assert close_bf16(y, (xd @ wd.T).float().to(torch.bfloat16).reshape(4, 33, n))
     dense = x.double().reshape(-1, k) @ w.double().T
     rel = (y.double().reshape(-1, n) - dense).norm() / dense.norm()
     assert rel < 0.2  # NVFP4 W4A4 is lossy; the exactness is in the twin comparison above

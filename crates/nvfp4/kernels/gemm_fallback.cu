@@ -8,10 +8,11 @@
 //   elements (2 scale blocks). Per K-tile it decodes A and B (and B2) into shared memory as f16,
 //   scale multiplied in (exact: every e2m1 * e4m3 product fits f16), then runs f16 mma.sync
 //   m16n8k16 with f32 accumulators (products of f16 values are exact in f32).
-// - Epilogue: f64 alpha and a single rounding to f16; dual GEMM: silu(x1) * x2 in f32.
+// - Epilogue: f64 alpha and a single rounding to f16 or bf16; dual GEMM: silu(x1) * x2 in f32.
 // - Any M, N >= 1, K % 16 == 0, either scale layout per operand, L batches (grid over l too).
 #include "ptx.cuh"
 #include "nvfp4.cuh"
+#include "output.cuh"
 
 // MmaProblem, MmaParams: declared in generated.cuh from their one definition
 // (backend/cuda/kernels/fallback.rs).
@@ -120,15 +121,15 @@ __device__ void gemm_body(const MmaProblem* problems, int count) {
         const int row = m0 + wm * 32 + mi * 16 + lane / 4 + (e / 2) * 8;
         const int col = n0 + wn * 32 + ni * 8 + 2 * (lane % 4) + e % 2;
         if (row >= P.m || col >= P.n) continue;
-        u16 out;
+        u16 bits;
         if (DUAL) {
           const float x1 = (float)((double)acc[mi][ni][e] * P.alpha);
           const float x2 = (float)((double)acc2[DUAL ? mi : 0][ni][e] * P.alpha2);
-          out = ptx::f32_to_f16_rn(silu(x1) * x2);
+          bits = out::of_f32(silu(x1) * x2, P.out_bf16);
         } else {
-          out = ptx::f64_to_f16_rn((double)acc[mi][ni][e] * P.alpha);
+          bits = out::of_f64((double)acc[mi][ni][e] * P.alpha, P.out_bf16);
         }
-        P.c[((i64)l * P.m + row) * P.n + col] = out;
+        P.c[((i64)l * P.m + row) * P.n + col] = bits;
       }
 }
 

@@ -1,4 +1,4 @@
-// gemv.cu: batched NVFP4 GEMV, c[l, m] = sum_k A[l, m, k] * B[l, k], f16 out (SPEC §3.1).
+// gemv.cu: batched NVFP4 GEMV, c[l, m] = sum_k A[l, m, k] * B[l, k], f16 or bf16 out (SPEC §3.1).
 //
 // Algorithm (a pure bandwidth problem: every byte of A is read once):
 // - A row tile is 32 rows of one batch: rows 128*t + 32*q + r0 + warp (q = 0..3, r0 = 8*(tile%4)),
@@ -22,6 +22,7 @@
 //   host launches with the attribute (backend/cuda/gemv.rs, `GemvConfig::pdl`).
 #include "ptx.cuh"
 #include "nvfp4.cuh"
+#include "output.cuh"
 
 // GemvParams: declared in generated.cuh from its one definition (backend/cuda/kernels/gemv.rs).
 #include "generated.cuh"
@@ -271,12 +272,12 @@ __device__ void gemv_body(const GemvParams& p) {
       }
     }
 
-    // Epilogue: one total per row, then f16 (or an f32 partial when split).
+    // Epilogue: one total per row, then f16 or bf16 (or an f32 partial when split).
     const float total = warp_reduce4(acc, lane);
     const int my_row = (rc / 4) * 128 + 32 * (lane / 8) + (rc % 4) * 8 + warp;  // row of lane 8q
     const bool writer = lane % 8 == 0 && my_row < p.m;
     if (p.split == 1) {
-      if (writer) p.c[(i64)l * p.m + my_row] = ptx::f64_to_f16_rn((double)total * p.alpha);
+      if (writer) out::store_f64_call(p.c + (i64)l * p.m + my_row, (double)total * p.alpha, p.out_bf16);
       continue;
     }
     if (writer) p.partial[((i64)slice * p.l + l) * p.m + my_row] = total;
@@ -295,7 +296,7 @@ __device__ void gemv_body(const GemvParams& p) {
         if (r < p.m) {
           float sum = 0.f;
           for (int s = 0; s < p.split; ++s) sum += ptx::ld_cg_f32(p.partial + ((i64)s * p.l + l) * p.m + r);
-          p.c[(i64)l * p.m + r] = ptx::f64_to_f16_rn((double)sum * p.alpha);
+          out::store_f64_call(p.c + (i64)l * p.m + r, (double)sum * p.alpha, p.out_bf16);
         }
       }
       if (threadIdx.x == 0) p.counters[(i64)l * p.row_ctas + rc] = 0;  // ready for the next launch

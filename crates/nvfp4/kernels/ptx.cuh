@@ -136,6 +136,20 @@ NVFP4_DEVICE u16 f32_to_f16_rn(float x) {
   return h;
 }
 
+// f64 to bf16 bits, round to nearest even, overflow to inf: one rounding (sm_90).
+NVFP4_DEVICE u16 f64_to_bf16_rn(double x) {
+  u16 h;
+  asm("cvt.rn.bf16.f64 %0, %1;" : "=h"(h) : "d"(x));
+  return h;
+}
+
+// f32 to bf16 bits, round to nearest even.
+NVFP4_DEVICE u16 f32_to_bf16_rn(float x) {
+  u16 h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  return h;
+}
+
 // 2^x and 1/x, approximate (a few ulp; subnormal inputs and results flush to zero).
 NVFP4_DEVICE float ex2_approx(float x) {
   float r;
@@ -437,6 +451,13 @@ NVFP4_DEVICE void st_cg_v4(float* p, float4 v) {
 NVFP4_DEVICE u32 f32x2_to_f16x2_rn(float lo, float hi) {
   u32 d;
   asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+
+// Two f32 to a bf16x2 (lo in the low half), each rounded to nearest even.
+NVFP4_DEVICE u32 f32x2_to_bf16x2_rn(float lo, float hi) {
+  u32 d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
 }
 

@@ -6,7 +6,7 @@ mod moe;
 
 pub use moe::MoeGemm;
 
-use crate::format::{F16Tensor, Nvfp4Tensor};
+use crate::format::{F16Tensor, Nvfp4Tensor, OutTensor, OutputDtype};
 use crate::{Error, Result};
 
 /// Batched GEMV: `c[l, m] = Σ_k A[l,m,k] · B[l,k]`, output f16 `[L, M, 1]`.
@@ -145,18 +145,42 @@ impl GroupedGemm {
 }
 
 /// A place that can run the four operations. The CPU backend is also the reference.
+///
+/// Every operation rounds its result once to an [`OutputDtype`]: the `*_as` methods take it (a
+/// backend implements those); the plain ones are their f16 form (SPEC §3).
 pub trait Backend: Send + Sync {
     /// Short name (`cpu`, `cuda`).
     fn name(&self) -> &'static str;
-    /// Batched GEMV.
-    fn gemv(&self, p: &Gemv) -> Result<F16Tensor>;
-    /// GEMM.
-    fn gemm(&self, p: &Gemm) -> Result<F16Tensor>;
-    /// Gated dual GEMM.
-    fn dual_gemm(&self, p: &DualGemm) -> Result<F16Tensor>;
-    /// Grouped GEMM, all groups in one launch.
-    fn grouped_gemm(&self, p: &GroupedGemm) -> Result<Vec<F16Tensor>>;
-    /// Grouped GEMM in the MoE form: one `[1, T, N]` output, rows past the last offset unwritten
-    /// (zero in the fresh output returned here).
-    fn moe_gemm(&self, p: &MoeGemm) -> Result<F16Tensor>;
+    /// Batched GEMV, output in `dtype`.
+    fn gemv_as(&self, p: &Gemv, dtype: OutputDtype) -> Result<OutTensor>;
+    /// GEMM, output in `dtype`.
+    fn gemm_as(&self, p: &Gemm, dtype: OutputDtype) -> Result<OutTensor>;
+    /// Gated dual GEMM, output in `dtype`.
+    fn dual_gemm_as(&self, p: &DualGemm, dtype: OutputDtype) -> Result<OutTensor>;
+    /// Grouped GEMM, all groups in one launch, outputs in `dtype`.
+    fn grouped_gemm_as(&self, p: &GroupedGemm, dtype: OutputDtype) -> Result<Vec<OutTensor>>;
+    /// Grouped GEMM in the MoE form: one `[1, T, N]` output in `dtype`, rows past the last offset
+    /// unwritten (zero in the fresh output returned here).
+    fn moe_gemm_as(&self, p: &MoeGemm, dtype: OutputDtype) -> Result<OutTensor>;
+
+    /// Batched GEMV, f16 output.
+    fn gemv(&self, p: &Gemv) -> Result<F16Tensor> {
+        self.gemv_as(p, OutputDtype::F16)?.into_f16()
+    }
+    /// GEMM, f16 output.
+    fn gemm(&self, p: &Gemm) -> Result<F16Tensor> {
+        self.gemm_as(p, OutputDtype::F16)?.into_f16()
+    }
+    /// Gated dual GEMM, f16 output.
+    fn dual_gemm(&self, p: &DualGemm) -> Result<F16Tensor> {
+        self.dual_gemm_as(p, OutputDtype::F16)?.into_f16()
+    }
+    /// Grouped GEMM, f16 outputs.
+    fn grouped_gemm(&self, p: &GroupedGemm) -> Result<Vec<F16Tensor>> {
+        self.grouped_gemm_as(p, OutputDtype::F16)?.into_iter().map(OutTensor::into_f16).collect()
+    }
+    /// Grouped GEMM in the MoE form, f16 output.
+    fn moe_gemm(&self, p: &MoeGemm) -> Result<F16Tensor> {
+        self.moe_gemm_as(p, OutputDtype::F16)?.into_f16()
+    }
 }

@@ -7,7 +7,8 @@ use half::f16;
 use nvfp4::check::{cases, mode_for, run_case, Mode};
 use nvfp4::problem::{generate, Rng};
 use nvfp4::{
-    Backend, CpuBackend, Error, F16Tensor, Gemm, MoeGemm, Nvfp4Tensor, Output, Problem, ProblemKind, ScaleLayout, Shape,
+    Backend, CpuBackend, Error, F16Tensor, Gemm, MoeGemm, Nvfp4Tensor, OutTensor, Output, OutputDtype, Problem,
+    ProblemKind, ScaleLayout, Shape,
 };
 
 /// A plain-scale tensor `[l, rows, k]` of any codes (all 16, -0 included) and scales 1..=3.
@@ -58,12 +59,17 @@ fn expert_helpers_refuse_what_they_cannot_do() {
     assert_eq!(p.routed_experts().unwrap(), vec![1, 2]);
     assert!(matches!(p.expert_gemm(0), Err(Error::Shape(_))), "expert 0 has no tokens");
     assert!(matches!(p.expert_gemm(3), Err(Error::Shape(_))), "no expert 3");
-    let out = |rows: usize| F16Tensor::new(1, rows, 4, vec![f16::ONE; rows * 4]).unwrap();
-    assert!(matches!(p.assemble([(1, out(3))]), Err(Error::Shape(_))), "expert 1 has 4 rows");
-    assert!(matches!(p.assemble([(0, out(1))]), Err(Error::Shape(_))), "expert 0 has no rows");
-    let whole = p.assemble([(2, out(2))]).unwrap();
-    assert_eq!(whole.shape(), [1, 6, 4]);
-    assert!(whole.data()[..16].iter().all(|v| v.to_bits() == 0) && whole.data()[16..].iter().all(|&v| v == f16::ONE));
+    let out = |rows: usize| OutTensor::from(F16Tensor::new(1, rows, 4, vec![f16::ONE; rows * 4]).unwrap());
+    let f16 = OutputDtype::F16;
+    assert!(matches!(p.assemble(f16, [(1, out(3))]), Err(Error::Shape(_))), "expert 1 has 4 rows");
+    assert!(matches!(p.assemble(f16, [(0, out(1))]), Err(Error::Shape(_))), "expert 0 has no rows");
+    assert!(
+        matches!(p.assemble(OutputDtype::Bf16, [(2, out(2))]), Err(Error::Shape(_))),
+        "an f16 part of a bf16 output"
+    );
+    let whole = p.assemble(f16, [(2, out(2))]).unwrap();
+    assert_eq!((whole.shape(), whole.dtype()), ([1, 6, 4], f16));
+    assert!(whole.bits()[..16].iter().all(|&v| v == 0) && whole.bits()[16..].iter().all(|&v| v == f16::ONE.to_bits()));
 }
 
 /// Expert e's operands cut out of the raw plain buffers here, not by the library.
@@ -208,19 +214,19 @@ fn host_bytes_count_every_row_of_the_output() {
         fn name(&self) -> &'static str {
             "other"
         }
-        fn gemv(&self, _: &nvfp4::Gemv) -> nvfp4::Result<F16Tensor> {
+        fn gemv_as(&self, _: &nvfp4::Gemv, _: OutputDtype) -> nvfp4::Result<OutTensor> {
             unimplemented!()
         }
-        fn gemm(&self, _: &Gemm) -> nvfp4::Result<F16Tensor> {
+        fn gemm_as(&self, _: &Gemm, _: OutputDtype) -> nvfp4::Result<OutTensor> {
             unimplemented!()
         }
-        fn dual_gemm(&self, _: &nvfp4::DualGemm) -> nvfp4::Result<F16Tensor> {
+        fn dual_gemm_as(&self, _: &nvfp4::DualGemm, _: OutputDtype) -> nvfp4::Result<OutTensor> {
             unimplemented!()
         }
-        fn grouped_gemm(&self, _: &nvfp4::GroupedGemm) -> nvfp4::Result<Vec<F16Tensor>> {
+        fn grouped_gemm_as(&self, _: &nvfp4::GroupedGemm, _: OutputDtype) -> nvfp4::Result<Vec<OutTensor>> {
             unimplemented!()
         }
-        fn moe_gemm(&self, _: &MoeGemm) -> nvfp4::Result<F16Tensor> {
+        fn moe_gemm_as(&self, _: &MoeGemm, _: OutputDtype) -> nvfp4::Result<OutTensor> {
             unimplemented!()
         }
     }

@@ -6,8 +6,11 @@ in the low nibble; scales float8_e4m3fn (or uint8), plain [.., rows, K/16] or bl
 [L, ceil(rows/128), ceil(K/64), 512] (the layout is told from the shape, or forced with
 ``layout=``). CUDA tensors run on the GPU, zero-copy, on the current torch stream of their device
 (read at every call, so the operations work under ``torch.cuda.stream`` and CUDA graph capture);
-CPU tensors (torch or NumPy) run on the exact CPU reference. Results are float16, rounded once;
-``alpha`` multiplies before that rounding. ``out=`` writes into an existing tensor.
+CPU tensors (torch or NumPy) run on the exact CPU reference. Results are float16, or bfloat16
+with ``out_dtype=torch.bfloat16`` (or ``"bfloat16"``, or a bfloat16 ``out=``), rounded once from
+the accumulator; ``alpha`` multiplies before that rounding. ``out=`` writes into an existing
+tensor. NumPy has no bfloat16: a bfloat16 result of NumPy operands is a CPU torch tensor (torch
+needed).
 """
 
 from . import _nvfp4
@@ -87,17 +90,19 @@ def _rows(t, name):
 def _empty(like, shape, dtype="float16"):
     if _is_torch(like):
         return _torch.empty(shape, dtype=getattr(_torch, dtype), device=like.device)
+    if dtype == "bfloat16":
+        if _torch is None:
+            raise ValueError("out_dtype=bfloat16 with NumPy operands needs torch (NumPy has no bfloat16)")
+        return _torch.empty(shape, dtype=_torch.bfloat16)
     import numpy as np
 
     return np.empty(shape, dtype=dtype)
 
 
-def _zeros(like, shape):
-    if _is_torch(like):
-        return _torch.zeros(shape, dtype=_torch.float16, device=like.device)
-    import numpy as np
-
-    return np.zeros(shape, dtype="float16")
+def _zeros(like, shape, dtype="float16"):
+    out = _empty(like, shape, dtype)
+    out[...] = 0
+    return out
 
 
 def _out_shape(a, b, n):
@@ -107,40 +112,58 @@ def _out_shape(a, b, n):
     return (sa[0] if len(sa) == 3 else 1, sa[-2], n)
 
 
-def _check_out_dtype(out_dtype):
-    if out_dtype is None:
-        return
-    name = getattr(out_dtype, "name", None) or str(out_dtype).replace("torch.", "")
-    if name in ("float16", "half"):
-        return
-    if name in ("bfloat16",):
-        raise ValueError("out_dtype=bfloat16 is not supported yet: the kernels round once to float16")
-    raise ValueError(f"out_dtype must be float16, got {out_dtype}")
+def _dtype_name(d):
+    """float16/bfloat16/... from a torch dtype, a NumPy dtype or a name."""
+    if isinstance(d, str):
+        return {"half": "float16", "bf16": "bfloat16"}.get(d, d)
+    if _torch is not None and isinstance(d, _torch.dtype):
+        return str(d).replace("torch.", "")
+    try:
+        import numpy as np
+
+        return np.dtype(d).name
+    except (ImportError, TypeError):
+        return str(d)
+
+
+def _out_dtype(out_dtype, out):
+    """The output type: ``out_dtype`` (float16 or bfloat16; default float16), which a given ``out``
+    (one tensor or a list) must have."""
+    name = "float16" if out_dtype is None else _dtype_name(out_dtype)
+    if name not in ("float16", "bfloat16"):
+        raise ValueError(f"out_dtype must be float16 or bfloat16, got {out_dtype}")
+    if out is not None and out_dtype is not None:
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        have = [_dtype_name(getattr(o, "dtype", None)) for o in outs]
+        if any(h != name for h in have):
+            raise ValueError(f"out_dtype is {name} but out= holds {', '.join(have)}")
+    return name
 
 
 def gemm(a, sfa, b, sfb, *, alpha=None, layout=None, out=None, out_dtype=None):
     """c[l, m, n] = sum_k A[l, m, k] * B[l, n, k] (A @ B^T, B rows are N like a Linear weight)."""
-    _check_out_dtype(out_dtype)
+    dtype = _out_dtype(out_dtype, out)
     if out is None:
-        out = _empty(a, _out_shape(a, b, _rows(b, "b")[-2]))
+        out = _empty(a, _out_shape(a, b, _rows(b, "b")[-2]), dtype)
     _nvfp4.gemm(*_args(a, sfa, b, sfb), out, alpha, layout, _stream(a))
     return out
 
 
 def gemv(a, sfa, b, sfb, *, alpha=None, layout=None, out=None, out_dtype=None):
     """Batched GEMV: c[l, m] = sum_k A[l, m, k] * B[l, k]; b is [L, 1, K/2]; output [L, M, 1]."""
-    _check_out_dtype(out_dtype)
+    dtype = _out_dtype(out_dtype, out)
     if out is None:
-        out = _empty(a, _out_shape(a, b, 1))
+        out = _empty(a, _out_shape(a, b, 1), dtype)
     _nvfp4.gemv(*_args(a, sfa, b, sfb), out, alpha, layout, _stream(a))
     return out
 
 
 def dual_gemm(a, sfa, b1, sfb1, b2, sfb2, *, alpha=None, layout=None, out=None, out_dtype=None):
-    """Gated dual GEMM (SwiGLU): f16(silu(A @ B1^T) * (A @ B2^T)), alpha applied to each product."""
-    _check_out_dtype(out_dtype)
+    """Gated dual GEMM (SwiGLU): f16(silu(A @ B1^T) * (A @ B2^T)) (or bf16), alpha applied to each
+    product."""
+    dtype = _out_dtype(out_dtype, out)
     if out is None:
-        out = _empty(a, _out_shape(a, b1, _rows(b1, "b1")[-2]))
+        out = _empty(a, _out_shape(a, b1, _rows(b1, "b1")[-2]), dtype)
     _nvfp4.dual_gemm(*_args(a, sfa, b1, sfb1, b2, sfb2), out, alpha, layout, _stream(a))
     return out
 
@@ -160,9 +183,9 @@ def grouped_gemm(groups, *, alpha=None, layout=None, out=None, out_dtype=None, o
       synchronization: a captured CUDA graph may change them between replays, values are
       clamped into [0, T]); on the CPU they must not decrease and lie in [0, T].
     """
-    _check_out_dtype(out_dtype)
+    dtype = _out_dtype(out_dtype, out)
     if offsets is not None:
-        return _grouped_moe(groups, offsets, alpha, layout, out)
+        return _grouped_moe(groups, offsets, alpha, layout, out, dtype)
     if not isinstance(groups, (list, tuple)):
         raise TypeError("groups must be a list of (a, sfa, b, sfb) tuples")
     groups = [tuple(g) for g in groups]
@@ -170,14 +193,16 @@ def grouped_gemm(groups, *, alpha=None, layout=None, out=None, out_dtype=None, o
         if len(g) != 4:
             raise TypeError(f"groups[{i}] must be a tuple (a, sfa, b, sfb)")
     if out is None:
-        out = [_empty(g[0], _out_shape(g[0], g[2], _rows(g[2], f"groups[{i}].b")[-2])) for i, g in enumerate(groups)]
+        out = [
+            _empty(g[0], _out_shape(g[0], g[2], _rows(g[2], f"groups[{i}].b")[-2]), dtype) for i, g in enumerate(groups)
+        ]
     groups = [_args(*g) for g in groups]
     first = groups[0][0] if groups else None
     _nvfp4.grouped_gemm(groups, list(out), alpha, layout, _stream(first))
     return list(out)
 
 
-def _grouped_moe(operands, offsets, alpha, layout, out):
+def _grouped_moe(operands, offsets, alpha, layout, out, dtype):
     """The MoE form of ``grouped_gemm`` (see there)."""
     if isinstance(operands, list) and len(operands) == 1:
         operands = operands[0]
@@ -188,7 +213,7 @@ def _grouped_moe(operands, offsets, alpha, layout, out):
         sa, sb = _rows(a, "a"), _shape(b, "b")
         if len(sb) != 3:
             raise ValueError(f"moe gemm: b must be [E, N, K/2] (one weight per expert), got shape {list(sb)}")
-        out = _zeros(a, sa[:-1] + (sb[1],))
+        out = _zeros(a, sa[:-1] + (sb[1],), dtype)
     _nvfp4.grouped_gemm_moe(*_args(a, sfa, b, sfb), offsets, out, alpha, layout, _stream(a))
     return out
 

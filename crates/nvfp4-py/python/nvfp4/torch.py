@@ -13,41 +13,44 @@ import torch
 import nvfp4 as _nv
 
 _lib = torch.library.Library("nvfp4", "DEF")
-_lib.define("gemm(Tensor a, Tensor sfa, Tensor b, Tensor sfb, float? alpha=None) -> Tensor")
-_lib.define("gemv(Tensor a, Tensor sfa, Tensor b, Tensor sfb, float? alpha=None) -> Tensor")
+_OUT = "ScalarType? out_dtype=None"  # float16 (None) or bfloat16, rounded once
+_lib.define(f"gemm(Tensor a, Tensor sfa, Tensor b, Tensor sfb, float? alpha=None, {_OUT}) -> Tensor")
+_lib.define(f"gemv(Tensor a, Tensor sfa, Tensor b, Tensor sfb, float? alpha=None, {_OUT}) -> Tensor")
 _lib.define(
-    "dual_gemm(Tensor a, Tensor sfa, Tensor b1, Tensor sfb1, Tensor b2, Tensor sfb2, float? alpha=None) -> Tensor"
+    "dual_gemm(Tensor a, Tensor sfa, Tensor b1, Tensor sfb1, Tensor b2, Tensor sfb2, float? alpha=None, "
+    f"{_OUT}) -> Tensor"
 )
-_lib.define("grouped_gemm(Tensor[] a, Tensor[] sfa, Tensor[] b, Tensor[] sfb, float[]? alpha=None) -> Tensor[]")
+_lib.define(f"grouped_gemm(Tensor[] a, Tensor[] sfa, Tensor[] b, Tensor[] sfb, float[]? alpha=None, {_OUT}) -> Tensor[]")
 _lib.define(
-    "grouped_gemm_moe(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor offsets, float? alpha=None) -> Tensor"
+    "grouped_gemm_moe(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor offsets, float? alpha=None, "
+    f"{_OUT}) -> Tensor"
 )
 _lib.define("quantize(Tensor x, float? global_scale=None, str layout='plain') -> (Tensor, Tensor, Tensor)")
 
 
-def _out(a, n):
+def _out(a, n, out_dtype=None):
     lead = (a.shape[0], a.shape[1]) if a.dim() == 3 else (a.shape[0],)
-    return a.new_empty(lead + (n,), dtype=torch.float16)
+    return a.new_empty(lead + (n,), dtype=out_dtype or torch.float16)
 
 
-def _gemm(a, sfa, b, sfb, alpha=None):
-    return _nv.gemm(a, sfa, b, sfb, alpha=alpha)
+def _gemm(a, sfa, b, sfb, alpha=None, out_dtype=None):
+    return _nv.gemm(a, sfa, b, sfb, alpha=alpha, out_dtype=out_dtype)
 
 
-def _gemv(a, sfa, b, sfb, alpha=None):
-    return _nv.gemv(a, sfa, b, sfb, alpha=alpha)
+def _gemv(a, sfa, b, sfb, alpha=None, out_dtype=None):
+    return _nv.gemv(a, sfa, b, sfb, alpha=alpha, out_dtype=out_dtype)
 
 
-def _dual(a, sfa, b1, sfb1, b2, sfb2, alpha=None):
-    return _nv.dual_gemm(a, sfa, b1, sfb1, b2, sfb2, alpha=alpha)
+def _dual(a, sfa, b1, sfb1, b2, sfb2, alpha=None, out_dtype=None):
+    return _nv.dual_gemm(a, sfa, b1, sfb1, b2, sfb2, alpha=alpha, out_dtype=out_dtype)
 
 
-def _grouped(a, sfa, b, sfb, alpha=None):
-    return _nv.grouped_gemm(list(zip(a, sfa, b, sfb)), alpha=alpha)
+def _grouped(a, sfa, b, sfb, alpha=None, out_dtype=None):
+    return _nv.grouped_gemm(list(zip(a, sfa, b, sfb)), alpha=alpha, out_dtype=out_dtype)
 
 
-def _grouped_moe(a, sfa, b, sfb, offsets, alpha=None):
-    return _nv.grouped_gemm((a, sfa, b, sfb), offsets=offsets, alpha=alpha)
+def _grouped_moe(a, sfa, b, sfb, offsets, alpha=None, out_dtype=None):
+    return _nv.grouped_gemm((a, sfa, b, sfb), offsets=offsets, alpha=alpha, out_dtype=out_dtype)
 
 
 def _quantize(x, global_scale=None, layout="plain"):
@@ -67,28 +70,28 @@ for _name, _fn in (
 
 
 @torch.library.register_fake("nvfp4::gemm")
-def _gemm_fake(a, sfa, b, sfb, alpha=None):
-    return _out(a, b.shape[-2])
+def _gemm_fake(a, sfa, b, sfb, alpha=None, out_dtype=None):
+    return _out(a, b.shape[-2], out_dtype)
 
 
 @torch.library.register_fake("nvfp4::gemv")
-def _gemv_fake(a, sfa, b, sfb, alpha=None):
-    return _out(a, 1)
+def _gemv_fake(a, sfa, b, sfb, alpha=None, out_dtype=None):
+    return _out(a, 1, out_dtype)
 
 
 @torch.library.register_fake("nvfp4::dual_gemm")
-def _dual_fake(a, sfa, b1, sfb1, b2, sfb2, alpha=None):
-    return _out(a, b1.shape[-2])
+def _dual_fake(a, sfa, b1, sfb1, b2, sfb2, alpha=None, out_dtype=None):
+    return _out(a, b1.shape[-2], out_dtype)
 
 
 @torch.library.register_fake("nvfp4::grouped_gemm")
-def _grouped_fake(a, sfa, b, sfb, alpha=None):
-    return [_out(x, y.shape[-2]) for x, y in zip(a, b)]
+def _grouped_fake(a, sfa, b, sfb, alpha=None, out_dtype=None):
+    return [_out(x, y.shape[-2], out_dtype) for x, y in zip(a, b)]
 
 
 @torch.library.register_fake("nvfp4::grouped_gemm_moe")
-def _grouped_moe_fake(a, sfa, b, sfb, offsets, alpha=None):
-    return _out(a, b.shape[-2])
+def _grouped_moe_fake(a, sfa, b, sfb, offsets, alpha=None, out_dtype=None):
+    return _out(a, b.shape[-2], out_dtype)
 
 
 @torch.library.register_fake("nvfp4::quantize")
@@ -123,7 +126,9 @@ class Linear(torch.nn.Module):
     ``input_scale`` (ModelOpt; the inverse of compressed-tensors' ``input_global_scale``) and runs
     the NVFP4 GEMM with alpha = input_scale * weight_global: what a Blackwell GPU computes for the
     same checkpoint. Without an ``input_scale`` the activation scale is the per-call amax (a host
-    synchronization: not capturable in a CUDA graph). Output float16, cast to ``out_dtype``.
+    synchronization: not capturable in a CUDA graph). The GEMM rounds once to ``out_dtype`` when it
+    is float16 or bfloat16 (the bias, if any, is then added in that type); any other ``out_dtype``
+    is the float16 result cast.
     """
 
     def __init__(self, weight, weight_scale, weight_global, input_scale=None, bias=None, out_dtype=torch.float16):
@@ -177,7 +182,8 @@ class Linear(torch.nn.Module):
         else:
             q, s, g = torch.ops.nvfp4.quantize(x2)
             alpha = float(g.item()) * self.weight_global
-        y = torch.ops.nvfp4.gemm(q, s, self.weight, self.weight_scale, alpha)
+        kernel_dtype = self.out_dtype if self.out_dtype in (torch.float16, torch.bfloat16) else torch.float16
+        y = torch.ops.nvfp4.gemm(q, s, self.weight, self.weight_scale, alpha, kernel_dtype)
         y = y.reshape(shape[:-1] + (self.out_features,))
         if self.bias is not None:
             y = y + self.bias

@@ -1,6 +1,7 @@
 // sm90/epilogue.cuh: the epilogue policies, what the consumers do with a finished tile:
 //   StoreF16   c = f16(acc * alpha), one rounding (GEMM, SPEC §3.2)
 //   SwiGLU     c = f16(silu(x1) * x2) with x1, x2 the two parts' products in f32 (SPEC §3.3)
+// (bf16 instead of f16 when the problem's out_bf16 says so: sm90/store.cuh's conversions.)
 // A policy provides `store(problem, unit, consumer, smem, staged)`; `staged`: the CTA's shared
 // memory is idle (its last unit, no cluster peer) and may stage the tile.
 #pragma once

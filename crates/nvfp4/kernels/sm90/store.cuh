@@ -1,33 +1,35 @@
-// sm90/store.cuh: storing a finished tile to the f16 output: the conversions of a finished
-// value, and the stores (through shared memory and the TMA when it is idle, else direct).
+// sm90/store.cuh: storing a finished tile to the f16 or bf16 output (the problem's out_bf16): the
+// conversions of a finished value, and the stores (through shared memory and the TMA when it is
+// idle, else direct).
 #pragma once
 
+#include "output.cuh"
 #include "sm90/mainloop.cuh"
 
 namespace sm90 {
 
-// ---- f16 conversions of a finished value ---------------------------------------------------------
+// ---- conversions of a finished value to the output type ------------------------------------------
 
-// v * alpha with a power-of-two alpha: exact in f32, so one f32 -> f16 rounding is the reference's.
+// v * alpha with a power-of-two alpha: exact in f32, so one f32 rounding is the reference's.
 struct AlphaPow2 {
   static constexpr bool PAIRS = true;
-  NVFP4_DEVICE static u32 one(const Sm90Problem& pr, float v) { return ptx::f32_to_f16_rn(v * pr.alpha_f32[0]); }
+  NVFP4_DEVICE static u32 one(const Sm90Problem& pr, float v) { return out::of_f32(v * pr.alpha_f32[0], pr.out_bf16); }
   NVFP4_DEVICE static u32 two(const Sm90Problem& pr, float lo, float hi) {
-    return ptx::f32x2_to_f16x2_rn(lo * pr.alpha_f32[0], hi * pr.alpha_f32[0]);
+    return out::pair_of_f32(lo * pr.alpha_f32[0], hi * pr.alpha_f32[0], pr.out_bf16);
   }
 };
 // v * alpha for any alpha: in f64 (a product of two f32 is exact there), rounded once.
 // NOTE: no paired stores: batched f64 conversions spill registers.
 struct AlphaF64 {
   static constexpr bool PAIRS = false;
-  NVFP4_DEVICE static u32 one(const Sm90Problem& pr, float v) { return ptx::f64_to_f16_rn((double)v * pr.alpha[0]); }
+  NVFP4_DEVICE static u32 one(const Sm90Problem& pr, float v) { return out::of_f64((double)v * pr.alpha[0], pr.out_bf16); }
   NVFP4_DEVICE static u32 two(const Sm90Problem& pr, float lo, float hi) { return one(pr, lo) | one(pr, hi) << 16; }
 };
 // A value already final.
 struct Plain {
   static constexpr bool PAIRS = true;
-  NVFP4_DEVICE static u32 one(const Sm90Problem&, float v) { return ptx::f32_to_f16_rn(v); }
-  NVFP4_DEVICE static u32 two(const Sm90Problem&, float lo, float hi) { return ptx::f32x2_to_f16x2_rn(lo, hi); }
+  NVFP4_DEVICE static u32 one(const Sm90Problem& pr, float v) { return out::of_f32(v, pr.out_bf16); }
+  NVFP4_DEVICE static u32 two(const Sm90Problem& pr, float lo, float hi) { return out::pair_of_f32(lo, hi, pr.out_bf16); }
 };
 
 // Lane pairs (g, g+1), g even, hold output rows w, w+1 of the columns (x, x+1) in `ab`: one
@@ -86,7 +88,7 @@ NVFP4_DEVICE void store_tma(const Sm90Problem& pr, const Unit& un, const Smem<C>
 // 2 * (lane % 4) + (i & 1)) for the fragment rows h < H, its value `val(mt, i)` converted by Cvt.
 // Output row w of the problem and column x (below the unit's x_end) go to c[l * c_stride_l + w *
 // c_stride_w + x * c_stride_x]. Offsets are 32-bit: the host checks that L * M * N fits. A tile wholly inside c
-// with even strides takes a fast path of 4-byte stores of f16 pairs: adjacent x when c rows run
+// with even strides takes a fast path of 4-byte stores of element pairs: adjacent x when c rows run
 // along x; when they run along w, the pairs of adjacent w, held by lanes 4 apart, are formed by
 // one exchange.
 template <class C, int H, class Cvt, class Val>

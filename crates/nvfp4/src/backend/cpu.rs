@@ -1,10 +1,10 @@
 //! The CPU backend, which is also the oracle for every other backend: operands are decoded to f32
-//! (exact), products summed in f64, the result scaled by alpha and rounded once to f16 (RNE).
+//! (exact), products summed in f64, the result scaled by alpha and rounded once to f16 or bf16
+//! (RNE).
 
-use half::f16;
 use rayon::prelude::*;
 
-use crate::format::{F16Tensor, Nvfp4Tensor};
+use crate::format::{Nvfp4Tensor, OutTensor, OutputDtype};
 use crate::memory::{checked_product, checked_sum, ensure_host};
 use crate::ops::{effective_alpha, Backend, DualGemm, Gemm, Gemv, GroupedGemm, MoeGemm};
 use crate::problem::cpu_working_bytes;
@@ -66,37 +66,23 @@ fn products(a: &Nvfp4Tensor, b: &Nvfp4Tensor) -> Vec<f64> {
     out
 }
 
-fn round_f16(sums: &[f64], alpha: f32) -> Vec<f16> {
-    sums.iter().map(|&s| f64_to_f16(s * alpha as f64)).collect()
-}
-
-/// f64 to f16, rounded once to nearest even.
-// NOTE: `half::f16::from_f64` is not a single rounding: with F16C it converts through f32 (RNE
-// twice), and its software path drops the low 32 mantissa bits. 4098 + 2^-20 must give 4100, not
-// 4096. Rounding to f32 *to odd* first keeps the sticky information (f32 has >= 2 bits to spare
-// over f16), so the final f32 -> f16 RNE decides as a direct rounding would.
-fn f64_to_f16(x: f64) -> f16 {
-    let y = x as f32;
-    if !y.is_finite() || y as f64 == x {
-        return f16::from_f32(y);
-    }
-    // Truncate toward zero (step back one ulp if RNE went away from zero), then set the last bit.
-    let t = if (y as f64).abs() > x.abs() { y.to_bits() - 1 } else { y.to_bits() };
-    f16::from_f32(f32::from_bits(t | 1))
+/// `sums * alpha`, each rounded once to `dtype`.
+fn round_to(sums: &[f64], alpha: f32, dtype: OutputDtype) -> Vec<u16> {
+    sums.iter().map(|&s| dtype.round_f64(s * alpha as f64)).collect()
 }
 
 impl CpuBackend {
-    /// Bytes an operation on `a` and `b` (B's rows are N) holds at once: the f16 output and the
+    /// Bytes an operation on `a` and `b` (B's rows are N) holds at once: the 16-bit output and the
     /// working buffers (`sums` f64 product sums, decoded operands; `problem::cpu_working_bytes`).
     fn footprint(a: &Nvfp4Tensor, b: &Nvfp4Tensor, sums: usize) -> Option<u64> {
         let (l, m, n, k) = (a.l(), a.rows(), b.rows(), a.k());
         checked_sum([checked_product(&[l, m, n, 2]), cpu_working_bytes(l, m, n, k, sums)])
     }
 
-    fn gemm_parts(a: &Nvfp4Tensor, b: &Nvfp4Tensor, alpha: Option<f32>) -> Result<F16Tensor> {
+    fn gemm_parts(a: &Nvfp4Tensor, b: &Nvfp4Tensor, alpha: Option<f32>, dtype: OutputDtype) -> Result<OutTensor> {
         ensure_host("a CPU GEMM", Self::footprint(a, b, 1))?;
-        let data = round_f16(&products(a, b), effective_alpha(alpha, a, b));
-        F16Tensor::new(a.l(), a.rows(), b.rows(), data)
+        let bits = round_to(&products(a, b), effective_alpha(alpha, a, b), dtype);
+        OutTensor::new(dtype, [a.l(), a.rows(), b.rows()], bits)
     }
 }
 
@@ -110,39 +96,41 @@ impl Backend for CpuBackend {
         "cpu"
     }
 
-    fn gemv(&self, p: &Gemv) -> Result<F16Tensor> {
-        Self::gemm_parts(&p.a, &p.b, p.alpha)
+    fn gemv_as(&self, p: &Gemv, dtype: OutputDtype) -> Result<OutTensor> {
+        Self::gemm_parts(&p.a, &p.b, p.alpha, dtype)
     }
 
-    fn gemm(&self, p: &Gemm) -> Result<F16Tensor> {
-        Self::gemm_parts(&p.a, &p.b, p.alpha)
+    fn gemm_as(&self, p: &Gemm, dtype: OutputDtype) -> Result<OutTensor> {
+        Self::gemm_parts(&p.a, &p.b, p.alpha, dtype)
     }
 
-    fn dual_gemm(&self, p: &DualGemm) -> Result<F16Tensor> {
+    /// x1 and x2 scaled by alpha in f64 and rounded to f32, the gate in f32, one rounding to
+    /// `dtype`.
+    fn dual_gemm_as(&self, p: &DualGemm, dtype: OutputDtype) -> Result<OutTensor> {
         ensure_host("a CPU dual GEMM", Self::footprint(&p.a, &p.b1, 2))?;
         let (alpha1, alpha2) = (effective_alpha(p.alpha, &p.a, &p.b1), effective_alpha(p.alpha, &p.a, &p.b2));
         let x1 = products(&p.a, &p.b1);
         let x2 = products(&p.a, &p.b2);
-        let data = x1
+        let bits = x1
             .iter()
             .zip(&x2)
             .map(|(&s1, &s2)| {
                 let g = (s1 * alpha1 as f64) as f32;
                 let u = (s2 * alpha2 as f64) as f32;
-                f16::from_f32(silu(g) * u)
+                dtype.round_f32(silu(g) * u)
             })
             .collect();
-        F16Tensor::new(p.a.l(), p.a.rows(), p.b1.rows(), data)
+        OutTensor::new(dtype, [p.a.l(), p.a.rows(), p.b1.rows()], bits)
     }
 
-    fn grouped_gemm(&self, p: &GroupedGemm) -> Result<Vec<F16Tensor>> {
-        p.groups.iter().map(|g| Self::gemm_parts(&g.a, &g.b, g.alpha)).collect()
+    fn grouped_gemm_as(&self, p: &GroupedGemm, dtype: OutputDtype) -> Result<Vec<OutTensor>> {
+        p.groups.iter().map(|g| Self::gemm_parts(&g.a, &g.b, g.alpha, dtype)).collect()
     }
 
     /// Each expert with tokens as the GEMM of its slices, one expert at a time (its slices are
     /// dropped before the next is cut), written into one zeroed `[1, T, N]`.
-    fn moe_gemm(&self, p: &MoeGemm) -> Result<F16Tensor> {
-        // The expert outputs and the assembled output, each [1, T, N] f16 at most.
+    fn moe_gemm_as(&self, p: &MoeGemm, dtype: OutputDtype) -> Result<OutTensor> {
+        // The expert outputs and the assembled output, each [1, T, N] 16-bit at most.
         let (_, t, n, _) = p.etnk();
         ensure_host("a CPU MoE GEMM", checked_product(&[2, t, n, 2]))?;
         let parts = p
@@ -150,10 +138,10 @@ impl Backend for CpuBackend {
             .into_iter()
             .map(|e| {
                 let g = p.expert_gemm(e)?;
-                Ok((e, Self::gemm_parts(&g.a, &g.b, g.alpha)?))
+                Ok((e, Self::gemm_parts(&g.a, &g.b, g.alpha, dtype)?))
             })
             .collect::<Result<Vec<_>>>()?;
-        p.assemble(parts)
+        p.assemble(dtype, parts)
     }
 }
 

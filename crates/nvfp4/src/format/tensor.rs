@@ -180,7 +180,7 @@ fn packed_len(l: usize, rows: usize, k: usize) -> Option<u64> {
 
 /// A buffer of `got` bytes against the `expected` count of its shape (`None`: beyond 64 bits, so
 /// no buffer can match).
-fn check_len(what: &str, expected: Option<u64>, got: usize) -> Result<()> {
+pub(crate) fn check_len(what: &str, expected: Option<u64>, got: usize) -> Result<()> {
     match expected {
         Some(e) if e == got as u64 => Ok(()),
         Some(e) => Err(Error::BufferSize { what: what.to_string(), expected: e as usize, got }),

@@ -6,13 +6,13 @@
 use std::ops::Range;
 
 use super::{check_alpha, same_k, Gemm};
-use crate::format::{F16Tensor, Nvfp4Tensor};
+use crate::format::{Nvfp4Tensor, OutTensor, OutputDtype};
 use crate::{Error, Result};
 
 /// Grouped GEMM in the MoE form: row t of the output, for t in
 /// `offsets[e-1]..offsets[e]` (`0..offsets[0]` for e = 0), is
-/// `f16(alpha · global(A) · global(B) · Σ_k A[0,t,k] · B[e,n,k])`, exactly the [`Gemm`] of that
-/// slice of A against `B[e]`. Output f16 `[1, T, N]`. Rows at or past `offsets[E-1]` belong to no
+/// `f16(alpha · global(A) · global(B) · Σ_k A[0,t,k] · B[e,n,k])` (or bf16), exactly the [`Gemm`]
+/// of that slice of A against `B[e]`. Output `[1, T, N]`. Rows at or past `offsets[E-1]` belong to no
 /// expert: no backend writes them (the CPU reference returns zeros there). An expert with
 /// `offsets[e] == offsets[e-1]` has no tokens and is allowed.
 #[derive(Clone, Debug, PartialEq)]
@@ -117,26 +117,31 @@ impl MoeGemm {
         Gemm::new(a, b, self.alpha)
     }
 
-    /// The output `[1, T, N]` from expert outputs `(e, [1, M_e, N])`: each written to expert e's
-    /// rows, every other row zero. An output of the wrong shape or for an expert without tokens
-    /// is a shape error.
-    pub fn assemble(&self, parts: impl IntoIterator<Item = (usize, F16Tensor)>) -> Result<F16Tensor> {
+    /// The output `[1, T, N]` in `dtype` from expert outputs `(e, [1, M_e, N])` of that type:
+    /// each written to expert e's rows, every other row zero. An output of the wrong shape or type,
+    /// or for an expert without tokens, is a shape error.
+    pub fn assemble(
+        &self,
+        dtype: OutputDtype,
+        parts: impl IntoIterator<Item = (usize, OutTensor)>,
+    ) -> Result<OutTensor> {
         let ranges = self.expert_rows()?;
         let (_, t, n, _) = self.etnk();
-        let mut data = vec![half::f16::ZERO; t * n];
+        let mut bits = vec![0u16; t * n];
         for (e, out) in parts {
             let rows = ranges.get(e).filter(|r| !r.is_empty()).ok_or_else(|| {
                 Error::Shape(format!("moe gemm: an output for expert {e}, which has no tokens or does not exist"))
             })?;
-            if out.shape() != [1, rows.len(), n] {
+            if out.shape() != [1, rows.len(), n] || out.dtype() != dtype {
                 return Err(Error::Shape(format!(
-                    "moe gemm: expert {e}'s output is {:?}, expected [1, {}, {n}]",
+                    "moe gemm: expert {e}'s output is {} {:?}, expected {dtype} [1, {}, {n}]",
+                    out.dtype(),
                     out.shape(),
                     rows.len()
                 )));
             }
-            data[rows.start * n..rows.end * n].copy_from_slice(out.data());
+            bits[rows.start * n..rows.end * n].copy_from_slice(out.bits());
         }
-        F16Tensor::new(1, t, n, data)
+        OutTensor::new(dtype, [1, t, n], bits)
     }
 }

@@ -16,7 +16,7 @@ use super::kernels::{self, sm90::Op, sm90::DECODE_X, sm90::DECODE_X_SYMBOL, Kern
 use super::quantize::{self, DenseView, GlobalSource, QuantizeKernels, ScalarView};
 use super::runtime::{cuda_err, ContextScope, Gpu, StreamHandle};
 use super::sm90::{self, Forced, GroupedLaunch, GroupedOperands, Sm90Kernels, Sm90Launch, Sm90Operands};
-use crate::format::{F16Tensor, Nvfp4Tensor};
+use crate::format::{F16Tensor, Nvfp4Tensor, OutTensor, OutputDtype};
 use crate::Result;
 
 /// The CUDA backend: device 0's primary context and a stream, the kernel modules loaded so far,
@@ -137,17 +137,27 @@ impl CudaBackend {
 
     /// A zeroed f16 output `[L, rows, cols]` on the device.
     pub fn alloc_output(&self, shape: [usize; 3]) -> Result<DeviceF16> {
-        device::alloc_f16(&self.gpu, shape)
+        self.alloc_output_as(shape, OutputDtype::F16)
     }
 
-    /// Enqueues a fill of an output with f16 NaN (tests: an element a kernel leaves unwritten stays
-    /// NaN).
+    /// A zeroed output `[L, rows, cols]` of `dtype` on the device.
+    pub fn alloc_output_as(&self, shape: [usize; 3], dtype: OutputDtype) -> Result<DeviceF16> {
+        device::alloc_out(&self.gpu, shape, dtype)
+    }
+
+    /// Enqueues a fill of an output with its type's NaN (tests: an element a kernel leaves
+    /// unwritten stays NaN).
     pub fn poison(&self, t: &DeviceF16) -> Result<()> {
-        device::fill_f16(&self.gpu, t, super::F16_NAN_BITS)
+        device::fill_f16(&self.gpu, t, t.dtype().nan_bits())
     }
 
-    /// Waits for the stream and copies an output back to the host.
+    /// Waits for the stream and copies an f16 output back to the host.
     pub fn download(&self, t: &DeviceF16) -> Result<F16Tensor> {
+        self.download_out(t)?.into_f16()
+    }
+
+    /// Waits for the stream and copies an output of either type back to the host.
+    pub fn download_out(&self, t: &DeviceF16) -> Result<OutTensor> {
         device::download(&self.gpu, t)
     }
 

@@ -1,5 +1,5 @@
-//! Operands that live on the GPU. An uploaded NVFP4 tensor ([`DeviceNvfp4`]) or f16 output
-//! ([`DeviceF16`]) owns its buffers; a view ([`Nvfp4View`], [`F16View`]) describes device memory
+//! Operands that live on the GPU. An uploaded NVFP4 tensor ([`DeviceNvfp4`]) or 16-bit output
+//! ([`DeviceF16`], f16 or bf16) owns its buffers; a view ([`Nvfp4View`], [`F16View`]) describes device memory
 //! to the bind step: addresses, shape, scale layout, global scale. Views of owned tensors keep
 //! their buffers alive for as long as a bound launch holds them, so weights uploaded once can be
 //! bound and launched any number of times with no copy. [`upload`] is the only place host operand
@@ -9,10 +9,9 @@ use std::any::Any;
 use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
-use half::f16;
 
 use super::runtime::Gpu;
-use crate::format::{F16Tensor, Nvfp4Tensor, ScaleLayout};
+use crate::format::{Nvfp4Tensor, OutTensor, OutputDtype, ScaleLayout};
 use crate::{Error, Result};
 
 /// Something a bound launch keeps alive because its parameters hold addresses into it.
@@ -100,11 +99,13 @@ impl Nvfp4View {
     }
 }
 
-/// An f16 tensor `[L, rows, cols]` in device memory: an operation's output.
+/// A 16-bit float tensor `[L, rows, cols]` (f16, or bf16 by its dtype) in device memory: an
+/// operation's output.
 pub struct DeviceF16 {
     buf: Arc<CudaSlice<u16>>,
     addr: u64,
     shape: [usize; 3],
+    dtype: OutputDtype,
 }
 
 impl DeviceF16 {
@@ -112,26 +113,39 @@ impl DeviceF16 {
     pub fn shape(&self) -> [usize; 3] {
         self.shape
     }
+    /// Its element type.
+    pub fn dtype(&self) -> OutputDtype {
+        self.dtype
+    }
     /// A view for binding, holding the buffer alive.
     pub fn view(&self) -> F16View {
-        F16View { addr: self.addr, shape: self.shape, keep: Some(self.buf.clone()) }
+        F16View { addr: self.addr, shape: self.shape, dtype: self.dtype, keep: Some(self.buf.clone()) }
     }
 }
 
-/// Device memory seen as an f16 `[L, rows, cols]` tensor, row-major.
+/// Device memory seen as a 16-bit float `[L, rows, cols]` tensor, row-major: an operation's
+/// output, f16 unless [`F16View::with_dtype`] says bf16 (the kernels round once to it).
 #[derive(Clone)]
 pub struct F16View {
     pub(crate) addr: u64,
     /// `[L, rows, cols]`.
     pub shape: [usize; 3],
+    /// The element type the operation writes.
+    pub dtype: OutputDtype,
     keep: Option<Keep>,
 }
 
 impl F16View {
-    /// A view of an f16 `[L, rows, cols]` output the caller owns (e.g. a framework's tensor).
+    /// The same memory written as `dtype` (both types are 2 bytes per element).
+    pub fn with_dtype(self, dtype: OutputDtype) -> Self {
+        Self { dtype, ..self }
+    }
+
+    /// A view of an f16 `[L, rows, cols]` output the caller owns (e.g. a framework's tensor); a
+    /// bf16 one is this view [`with_dtype`](F16View::with_dtype) bf16.
     ///
     /// # Safety
-    /// `addr` must be a device address of this backend's context holding `L * rows * cols` f16,
+    /// `addr` must be a device address of this backend's context holding `L * rows * cols` 16-bit elements,
     /// 16-byte aligned, that stays allocated until every launch bound to this view has completed
     /// and that nothing else reads or writes while those launches run.
     pub unsafe fn from_raw(addr: u64, shape: [usize; 3]) -> Result<Self> {
@@ -141,11 +155,15 @@ impl F16View {
         if !addr.is_multiple_of(16) {
             return Err(Error::Invalid("device operands must be 16-byte aligned".into()));
         }
-        Ok(Self { addr, shape, keep: None })
+        Ok(Self { addr, shape, dtype: OutputDtype::F16, keep: None })
     }
     /// What keeps its memory alive, if it is ours.
     pub(crate) fn keep(&self) -> Option<Keep> {
         self.keep.clone()
+    }
+    /// 1 when the kernels write bf16, 0 for f16: the flag of their parameters.
+    pub(crate) fn bf16_flag(&self) -> i32 {
+        i32::from(self.dtype == OutputDtype::Bf16)
     }
 }
 
@@ -160,20 +178,20 @@ pub(crate) fn upload(gpu: &Gpu, t: &Nvfp4Tensor) -> Result<DeviceNvfp4> {
     Ok(DeviceNvfp4 { values: Arc::new(values), scales: Arc::new(scales), addrs, meta })
 }
 
-/// A zeroed f16 output `[L, rows, cols]`, size-checked.
-pub(crate) fn alloc_f16(gpu: &Gpu, shape: [usize; 3]) -> Result<DeviceF16> {
+/// A zeroed output `[L, rows, cols]` of `dtype`, size-checked.
+pub(crate) fn alloc_out(gpu: &Gpu, shape: [usize; 3], dtype: OutputDtype) -> Result<DeviceF16> {
     let [l, rows, cols] = shape;
     let n = l.checked_mul(rows).and_then(|x| x.checked_mul(cols)).ok_or_else(|| Error::TooLarge {
-        what: format!("an f16 output {shape:?}"),
+        what: format!("a {dtype} output {shape:?}"),
         needed: u64::MAX,
         available: 0,
     })?;
-    let buf = gpu.zeros::<u16>(n, &format!("an f16 output {shape:?}"))?;
+    let buf = gpu.zeros::<u16>(n, &format!("a {dtype} output {shape:?}"))?;
     let addr = gpu.addr(&buf);
-    Ok(DeviceF16 { buf: Arc::new(buf), addr, shape })
+    Ok(DeviceF16 { buf: Arc::new(buf), addr, shape, dtype })
 }
 
-/// Enqueues a fill of an output with a 16-bit pattern (f16 NaN to poison it).
+/// Enqueues a fill of an output with a 16-bit pattern (its type's NaN to poison it).
 pub(crate) fn fill_f16(gpu: &Gpu, t: &DeviceF16, bits: u16) -> Result<()> {
     gpu.fill_u16(&t.buf, bits)
 }
@@ -186,7 +204,7 @@ pub struct GemmViews<'a> {
     pub b: &'a Nvfp4View,
     /// The optional FP32 factor before the final rounding.
     pub alpha: Option<f32>,
-    /// `[L, M, N]` f16 output.
+    /// `[L, M, N]` output (f16 or bf16, its dtype).
     pub c: &'a F16View,
 }
 
@@ -225,11 +243,12 @@ pub(crate) fn upload_i32(gpu: &Gpu, values: &[i32]) -> Result<I32View> {
 }
 
 /// Waits for the stream and copies an output back.
-pub(crate) fn download(gpu: &Gpu, t: &DeviceF16) -> Result<F16Tensor> {
+pub(crate) fn download(gpu: &Gpu, t: &DeviceF16) -> Result<OutTensor> {
     gpu.sync()?;
-    let bits = gpu.download(&t.buf)?;
+    let mut bits = gpu.download(&t.buf)?;
     let [l, rows, cols] = t.shape;
-    F16Tensor::new(l, rows, cols, bits.into_iter().take(l * rows * cols).map(f16::from_bits).collect())
+    bits.truncate(l * rows * cols);
+    OutTensor::new(t.dtype, t.shape, bits)
 }
 
 /// What a launch needs besides its operands: scratch bytes (decoded X, split-K partials) and

@@ -124,6 +124,7 @@ impl MmaLaunch {
                 tiles_m: to_i32(tiles_m, "M tiles")?,
                 tiles_n: to_i32(tiles_n, "N tiles")?,
                 tile_start: to_i32(tile_start, "tiles")?,
+                out_bf16: op.c.bf16_flag(),
             });
             to_i32(l * m * n, "L * M * N")?;
             shapes.push((m, n, k, l));

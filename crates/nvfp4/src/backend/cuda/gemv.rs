@@ -260,7 +260,7 @@ impl GemvLaunch {
             window_ksteps: to_i32(config.window_ksteps, "window")?,
             tiles: to_i32(config.tiles, "tiles")?,
             tiles_per_cta: to_i32(config.tiles_per_cta, "tiles per CTA")?,
-            reserved: 0,
+            out_bf16: c.bf16_flag(),
         };
         to_i32(l * m, "L * M")?;
         to_i32(m * (k / 2), "M * K / 2")?;

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use super::device::{self, DeviceF16, DeviceNvfp4, F16View, Nvfp4View};
 use super::device_op::{BoundOp, DeviceOp, GemmViews};
 use super::gemv::GemvConfig;
-use crate::format::Nvfp4Tensor;
+use crate::format::{Nvfp4Tensor, OutTensor, OutputDtype};
 use crate::ops::{DualGemm, Gemm, Gemv, GroupedGemm};
 use crate::problem::{Output, Problem};
 use crate::{Error, Result};
 
-/// f16 quiet NaN: what [`Prepared::poison`] fills outputs with.
+/// f16 quiet NaN: what [`Prepared::poison`] fills f16 outputs with.
 pub const F16_NAN_BITS: u16 = 0x7E00;
 
 /// One operation's host operands, borrowed (staging clones none of them).
@@ -47,12 +47,17 @@ impl CudaBackend {
     /// Uploads the operands of `p`, allocates its output(s) and binds it with a workspace of its
     /// own, ready to launch repeatedly.
     pub fn prepare(&self, p: &Problem) -> Result<Prepared> {
-        self.stage(HostOp::try_from(p)?, false)
+        self.prepare_as(p, OutputDtype::F16)
     }
 
-    /// Uploads `op`'s operands, allocates its outputs and binds it: with the backend's shared
-    /// workspace (`shared`, locked only while binding) or a workspace of its own.
-    pub(super) fn stage(&self, op: HostOp<'_>, shared: bool) -> Result<Prepared> {
+    /// [`CudaBackend::prepare`] with outputs of `dtype`.
+    pub fn prepare_as(&self, p: &Problem, dtype: OutputDtype) -> Result<Prepared> {
+        self.stage(HostOp::try_from(p)?, false, dtype)
+    }
+
+    /// Uploads `op`'s operands, allocates its outputs (of `dtype`) and binds it: with the
+    /// backend's shared workspace (`shared`, locked only while binding) or a workspace of its own.
+    pub(super) fn stage(&self, op: HostOp<'_>, shared: bool, dtype: OutputDtype) -> Result<Prepared> {
         let up = |t: &Nvfp4Tensor| self.upload(t);
         let (binding, inputs) = match op {
             // The kernel reads both operands in one scale layout; B is one row per batch.
@@ -70,19 +75,25 @@ impl CudaBackend {
                 (Binding::Grouped(gg.groups.iter().map(|g| g.alpha).collect()), inputs)
             }
         };
-        self.bind_staged(binding, Arc::new(inputs), shared)
+        self.bind_staged(binding, Arc::new(inputs), shared, dtype)
     }
 
     /// Another launch of `p`'s problem on the same device operands, with outputs and a
     /// workspace of its own: launches of the two may overlap (a graph of chained launches) and
     /// never write the same bytes.
     pub fn replica(&self, p: &Prepared) -> Result<Prepared> {
-        self.bind_staged(p.binding.clone(), p.inputs.clone(), false)
+        self.bind_staged(p.binding.clone(), p.inputs.clone(), false, p.dtype)
     }
 
-    /// Allocates the outputs of `binding` over `inputs` and binds them.
-    fn bind_staged(&self, binding: Binding, inputs: Arc<Vec<DeviceNvfp4>>, shared: bool) -> Result<Prepared> {
-        let out = |l: usize, rows: usize, cols: usize| self.alloc_output([l, rows, cols]);
+    /// Allocates the outputs of `binding` over `inputs` (of `dtype`) and binds them.
+    fn bind_staged(
+        &self,
+        binding: Binding,
+        inputs: Arc<Vec<DeviceNvfp4>>,
+        shared: bool,
+        dtype: OutputDtype,
+    ) -> Result<Prepared> {
+        let out = |l: usize, rows: usize, cols: usize| self.alloc_output_as([l, rows, cols], dtype);
         let bind = |op: DeviceOp<'_>| if shared { self.bind(op) } else { self.bind_with(op, &mut None) };
         let meta = |i: usize| *inputs[i].meta();
         let v: Vec<Nvfp4View> = inputs.iter().map(DeviceNvfp4::view).collect();
@@ -113,7 +124,7 @@ impl CudaBackend {
             }
         };
         let print_config = std::env::var("NVFP4_PRINT_CONFIG").is_ok_and(|v| v == "1");
-        Ok(Prepared { bound, inputs, outputs, binding, print_config })
+        Ok(Prepared { bound, inputs, outputs, binding, dtype, print_config })
     }
 }
 
@@ -135,6 +146,8 @@ pub struct Prepared {
     /// One output per group for grouped GEMM.
     outputs: Vec<DeviceF16>,
     binding: Binding,
+    /// The outputs' element type.
+    dtype: OutputDtype,
     print_config: bool,
 }
 
@@ -159,22 +172,23 @@ impl Prepared {
         self.bound.chains()
     }
 
-    /// Fills the output with NaN so that an unwritten element fails the check.
+    /// Fills the output with its type's NaN so that an unwritten element fails the check.
     pub fn poison(&mut self) -> Result<()> {
         for out in &self.outputs {
-            device::fill_f16(&self.bound.gpu, out, F16_NAN_BITS)?;
+            device::fill_f16(&self.bound.gpu, out, out.dtype().nan_bits())?;
         }
         Ok(())
     }
 
-    /// Waits for the stream and downloads the output tensors (one per group for grouped GEMM).
-    pub(super) fn output_tensors(&self) -> Result<Vec<crate::format::F16Tensor>> {
+    /// Waits for the stream and downloads the output tensors, of either type (one per group for
+    /// grouped GEMM).
+    pub fn outputs(&self) -> Result<Vec<OutTensor>> {
         self.outputs.iter().map(|out| device::download(&self.bound.gpu, out)).collect()
     }
 
-    /// Waits for the stream and downloads the output.
+    /// Waits for the stream and downloads the f16 output.
     pub fn output(&self) -> Result<Output> {
-        let mut tensors = self.output_tensors()?;
+        let mut tensors = self.outputs()?.into_iter().map(OutTensor::into_f16).collect::<Result<Vec<_>>>()?;
         Ok(if matches!(self.binding, Binding::Grouped(_)) {
             Output::Grouped(tensors)
         } else {

@@ -29,7 +29,7 @@ kernel_struct! {
         /// [L, N, K/2], dual GEMM only
         b2: u64 => "const u8*",
         sfb2: u64 => "const u8*",
-        /// [L, M, N] f16
+        /// [L, M, N] f16 or bf16 (out_bf16)
         c: u64 => "u16*",
         /// applied to A*B (x1 for dual)
         alpha: f64 => "double",
@@ -45,6 +45,8 @@ kernel_struct! {
         tiles_n: i32 => "i32",
         /// first CTA of this problem
         tile_start: i32 => "i32",
+        /// 1: c is bf16, 0: f16
+        out_bf16: i32 => "i32",
     }
 }
 

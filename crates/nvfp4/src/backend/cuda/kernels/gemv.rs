@@ -26,13 +26,13 @@ kernel_struct! {
         b: u64 => "const u8*",
         /// [L, 1, K/16] or [L, 1, C, 512]
         sfb: u64 => "const u8*",
-        /// [L, M] f16
+        /// [L, M] f16 or bf16 (out_bf16)
         c: u64 => "u16*",
         /// [split, L, M] f32, split-K partial sums
         partial: u64 => "float*",
         /// [L, row_ctas], zero between launches
         counters: u64 => "u32*",
-        /// applied in f64 before the single rounding to f16
+        /// applied in f64 before the single rounding to the output type
         alpha: f64 => "double",
         m: i32 => "i32",
         k: i32 => "i32",
@@ -48,6 +48,7 @@ kernel_struct! {
         /// row_ctas * l * split
         tiles: i32 => "i32",
         tiles_per_cta: i32 => "i32",
-        reserved: i32 => "i32",
+        /// 1: c is bf16, 0: f16
+        out_bf16: i32 => "i32",
     }
 }

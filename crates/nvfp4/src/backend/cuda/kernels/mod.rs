@@ -55,9 +55,10 @@ pub fn pdl_ready(symbol: &str) -> bool {
 }
 
 /// The handwritten headers, `#include`d by these names (NVRTC has no include path).
-const STATIC_HEADERS: [(&str, &str); 14] = [
+const STATIC_HEADERS: [(&str, &str); 15] = [
     ("ptx.cuh", include_str!("../../../../kernels/ptx.cuh")),
     ("nvfp4.cuh", include_str!("../../../../kernels/nvfp4.cuh")),
+    ("output.cuh", include_str!("../../../../kernels/output.cuh")),
     ("sm90/config.cuh", include_str!("../../../../kernels/sm90/config.cuh")),
     ("sm90/schedule.cuh", include_str!("../../../../kernels/sm90/schedule.cuh")),
     ("sm90/producer.cuh", include_str!("../../../../kernels/sm90/producer.cuh")),

@@ -249,7 +249,7 @@ kernel_struct! {
         tmap_c: TmaMap => "TmaMap",
         /// W scales per part: [L, rows, K/16] e4m3 (plain) or [L, R, C, 512] (blocked)
         sf_w: [u64; 2] => "const u8*" [2],
-        /// output f16
+        /// output, f16 or bf16 (out_bf16)
         c: u64 => "u16*",
         /// per part: the f32 sum is multiplied by this (alpha with the 2^14 decode bias)
         alpha: [f64; 2] => "double" [2],
@@ -275,6 +275,8 @@ kernel_struct! {
         x_rows: i32 => "i32",
         k: i32 => "i32",
         l: i32 => "i32",
+        /// 1: c is bf16, 0: f16
+        out_bf16: i32 => "i32",
     }
 }
 

@@ -32,7 +32,7 @@ pub struct Sm90Operands<'a> {
     pub b: &'a [Nvfp4View],
     /// The optional FP32 factor before the final rounding (of each product, for a dual GEMM).
     pub alpha: Option<f32>,
-    /// `[L, M, N]` f16.
+    /// `[L, M, N]` f16 or bf16.
     pub c: &'a F16View,
 }
 
@@ -131,7 +131,7 @@ pub(crate) fn bind(
     for (i, b) in ops.b.iter().enumerate() {
         alpha[i] = (ops.alpha.unwrap_or(1.0) * ops.a.meta.global_scale * b.meta.global_scale) as f64 * DECODE_BIAS;
     }
-    let out = OutputSide { addr: ops.c.addr, m, n, l, swapped: plan.swapped, flat: false };
+    let out = OutputSide { addr: ops.c.addr, m, n, l, swapped: plan.swapped, flat: false, bf16: ops.c.bf16_flag() };
     let prob = problem_struct(v, plan.cluster, (&w, w_rows, k, l), (x16, x_rows, l), alpha, out)?;
     let (workspace, counters) = if plan.global_fixup() {
         (ws.at(scratch.partials.0, scratch.partials.1)?, ws.counters(scratch.needs.counters)?)
@@ -179,8 +179,9 @@ pub(crate) fn bind(
     Ok(Sm90Launch { plan: plan.clone(), kernels, params, x_params, shapes, _keep: keep })
 }
 
-/// Where a problem's output goes: `c` is `[L, M, N]` f16 (or, `flat`, `[1, M, N]` holding every
-/// W batch's rows: a MoE launch's tokens); `swapped`: W is B, so W rows are c's columns.
+/// Where a problem's output goes: `c` is `[L, M, N]` f16 (or bf16: `bf16` = 1) (or, `flat`,
+/// `[1, M, N]` holding every W batch's rows: a MoE launch's tokens); `swapped`: W is B, so W rows
+/// are c's columns.
 pub(crate) struct OutputSide {
     pub addr: u64,
     pub m: usize,
@@ -188,6 +189,7 @@ pub(crate) struct OutputSide {
     pub l: usize,
     pub swapped: bool,
     pub flat: bool,
+    pub bf16: i32,
 }
 
 /// The kernel's description of one problem: W's parts `[l, w_rows, K]` (one scale layout), the
@@ -240,6 +242,7 @@ pub(crate) fn problem_struct(
         x_rows: to_i32(x_rows, "X rows")?,
         k: to_i32(k, "K")?,
         l: to_i32(l, "L")?,
+        out_bf16: c.bf16,
     })
 }
 

@@ -367,7 +367,7 @@ pub(crate) fn bind_grouped(
                 let (d, nb) = decode_of(x, x_rows, x16, blocks)?;
                 decodes.push(d);
                 blocks += nb;
-                let out = OutputSide { addr: op.c.addr, m, n, l: 1, swapped, flat: false };
+                let out = OutputSide { addr: op.c.addr, m, n, l: 1, swapped, flat: false, bf16: op.c.bf16_flag() };
                 problems.push(problem_struct(
                     v,
                     1,
@@ -395,7 +395,7 @@ pub(crate) fn bind_grouped(
             let (d, nb) = decode_of(a, t, x16, 0)?;
             decodes.push(d);
             blocks += nb;
-            let out = OutputSide { addr: c.addr, m: t, n, l: 1, swapped: true, flat: true };
+            let out = OutputSide { addr: c.addr, m: t, n, l: 1, swapped: true, flat: true, bf16: c.bf16_flag() };
             problems.push(problem_struct(v, 1, (&[*b], n, k, e), (x16, t, 1), alpha_of(*alpha, a, b), out)?);
             build.offsets = offsets.addr;
             build.segments = to_i32(e, "experts")?;
