@@ -12,9 +12,10 @@ use crate::exit::Outcome;
 /// Arguments of `nvfp4 bench`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Problem to time (gemv, gemm, dual-gemm, grouped-gemm); all four when absent.
-    #[arg(value_parser = parse_problem)]
-    problem: Option<ProblemKind>,
+    /// What to time: a problem (gemv, gemm, dual-gemm, grouped-gemm) or `quantize` (the GPU
+    /// quantizer on 8192x8192 inputs); all four problems and the quantizer when absent.
+    #[arg(value_parser = parse_target)]
+    problem: Option<Target>,
     /// Shape catalogue: bench (leaderboard), test (correctness) or large (GEMM 4096³ and 8192³).
     #[arg(long, default_value = "bench", value_parser = parse_shapes)]
     shapes: ShapeSet,
@@ -36,8 +37,18 @@ pub struct Args {
     warmup: usize,
 }
 
-fn parse_problem(s: &str) -> Result<ProblemKind, String> {
-    s.parse().map_err(|e: nvfp4::Error| e.to_string())
+/// One thing `nvfp4 bench` can time.
+#[derive(Clone, Copy, Debug)]
+enum Target {
+    Problem(ProblemKind),
+    Quantize,
+}
+
+fn parse_target(s: &str) -> Result<Target, String> {
+    if s == nvfp4::bench::quantize::PROBLEM {
+        return Ok(Target::Quantize);
+    }
+    s.parse().map(Target::Problem).map_err(|e: nvfp4::Error| format!("{e} (or {})", nvfp4::bench::quantize::PROBLEM))
 }
 
 fn parse_mode(s: &str) -> Result<Protocol, String> {
@@ -49,12 +60,18 @@ fn parse_shapes(s: &str) -> Result<ShapeSet, String> {
 }
 
 pub fn main(args: Args) -> Outcome {
+    let (problems, quantize) = match args.problem {
+        None => (ProblemKind::ALL.to_vec(), true),
+        Some(Target::Problem(p)) => (vec![p], false),
+        Some(Target::Quantize) => (Vec::new(), true),
+    };
     let opts = Options {
-        problems: args.problem.map_or_else(|| ProblemKind::ALL.to_vec(), |p| vec![p]),
+        problems,
         shapes: args.shapes,
         samples: args.samples,
         warmup: args.warmup,
         mode: args.mode,
+        quantize,
     };
     let report = bench::run(&opts, &mut |line| eprintln!("{line}"))?;
     print!("{}", report.table());

@@ -15,6 +15,28 @@ typedef long long i64;
 
 namespace ptx {
 
+// ---- arithmetic ---------------------------------------------------------------------------------
+
+// max that propagates NaN (fmaxf skips it): a NaN anywhere in a reduction shows in the result.
+NVFP4_DEVICE float fmax_nan(float a, float b) {
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+
+// Lane-wise max(|a|, |b|) of two bf16x2 (f16x2) words, NaN propagating (the sign of each result
+// lane is the xor of the inputs' signs: callers use the magnitude).
+NVFP4_DEVICE u32 max_abs_nan_bf16x2(u32 a, u32 b) {
+  u32 d;
+  asm("max.NaN.xorsign.abs.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+NVFP4_DEVICE u32 max_abs_nan_f16x2(u32 a, u32 b) {
+  u32 d;
+  asm("max.NaN.xorsign.abs.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
 // ---- cache policies and loads ------------------------------------------------------------------
 
 // An L2 policy that evicts the lines it touches first: for data read exactly once (the GEMV's A).
@@ -38,6 +60,24 @@ NVFP4_DEVICE uint2 ld_stream_v2(const void* p, u64 pol) {
   uint2 v;
   asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v2.u32 {%0, %1}, [%2], %3;"
                : "=r"(v.x), "=r"(v.y)
+               : "l"(p), "l"(pol));
+  return v;
+}
+
+// An L2 policy that keeps the usual (LRU) order: for data read twice, the second time soon.
+NVFP4_DEVICE u64 policy_evict_normal() {
+  u64 pol;
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+
+// 16 B streamed load through L1 (evict-first there, L2 evict-first by `pol`): for a thread that
+// reads 32-64 contiguous bytes in 16 B pieces, so that its later pieces hit the sector the first
+// one brought into L1 (the quantizer's 16-element blocks).
+NVFP4_DEVICE uint4 ld_stream_l1_v4(const void* p, u64 pol) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p), "l"(pol));
   return v;
 }
@@ -105,6 +145,21 @@ NVFP4_DEVICE i32 dp4a(u32 a, u32 b, i32 c) {
 }
 
 // ---- conversions -------------------------------------------------------------------------------
+
+// f32 -> e4m3 byte, round to nearest even, finite values and infinities saturating to +-448,
+// NaN -> 0x7F (sm_89+).
+NVFP4_DEVICE u32 cvt_f32_e4m3(float x) {
+  u16 d;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(0.0f), "f"(x));
+  return d & 0xFFu;
+}
+
+// Funnel shift left: the high word of ({hi, lo} << n), i.e. (hi << n) | (lo >> (32 - n)).
+NVFP4_DEVICE u32 shf_l(u32 lo, u32 hi, u32 n) {
+  u32 d;
+  asm("shf.l.wrap.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(lo), "r"(hi), "r"(n));
+  return d;
+}
 
 // Two e4m3 bytes (byte 0 -> low half) to an f16x2, exactly (sm_89+).
 NVFP4_DEVICE u32 cvt_e4m3x2_f16x2(u32 two_bytes) {

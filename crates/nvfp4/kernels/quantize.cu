@@ -7,11 +7,18 @@
 // Two kernels per input type (f32, f16, bf16):
 // - quantize_amax_*: the tensor's amax as u32 bits (non-negative floats order as integers;
 //   NaN is skipped, as f32::max does) with one atomicMax per warp, into a word zeroed before.
-// - quantize_nvfp4_*: one thread per 16-block: 2 (16-bit) or 4 (f32) 16 B loads, 8 bytes of
-//   packed values and one scale byte (plain or blocked layout, SPEC §2).
-// Every rounding is spelled out (__fdiv_rn, __fmul_rn, rintf) so that no contraction or fast
-// path makes the GPU differ from the CPU; e4m3 and e2m1 round to nearest even exactly as the
-// CPU's nearest-code search does (a tie goes to the even code).
+// - quantize_nvfp4_*: one thread per 16-block and tile of THREADS blocks, a grid of one wave
+//   striding over the tiles, the next tile's loads in flight while this one is quantized: 8 bytes
+//   of packed values and one scale byte per block (plain or blocked layout, SPEC §2).
+//
+// The e2m1 code of x / s without dividing (the fast path, e2m1_step below): y = |x| * rcp(s) is
+// within 3 units in the last place of the CPU's quotient, so it gives the CPU's code unless that
+// quotient lies within a few ulp of a rounding boundary; those elements (rare, but frequent in
+// structured data such as bf16 inputs with a power-of-two-like global scale) are redone with the
+// exact quotient (__fdiv_rn, as the CPU divides), and blocks with NaN or an extreme scale take
+// the exact path throughout. The block scale is the hardware e4m3 conversion (nearest even,
+// saturating); every other rounding is spelled out (__fdiv_rn, __fmul_rn) so that no contraction
+// makes the GPU differ from the CPU.
 #include "ptx.cuh"
 
 // QuantizeParams: declared in generated.cuh from its one definition (backend/cuda/kernels/quantize.rs).
@@ -19,68 +26,76 @@
 
 namespace {
 
-constexpr int THREADS = 256;
+using quant::AMAX_UNROLL;  // 16-blocks per thread and loop step in the amax pass
+using quant::THREADS;      // also the 16-blocks of one tile of the quantize pass
 
-// 16 consecutive inputs as f32 (exact for every input type). `p` is 16-byte aligned.
+// One 16-block of input as raw 32-bit words (WORDS of them, `load`, `p` 16-byte aligned) and its
+// elements as f32 (`at`, exact for every input type).
 struct F32In {
-  NVFP4_DEVICE static void load16(const void* p, float* v) {
+  static constexpr int WORDS = 16;
+  NVFP4_DEVICE static void load(const void* p, u32* w, u64 pol) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const uint4 w = ptx::ld_nc_v4((const u8*)p + 16 * i);
-      v[4 * i + 0] = __uint_as_float(w.x);
-      v[4 * i + 1] = __uint_as_float(w.y);
-      v[4 * i + 2] = __uint_as_float(w.z);
-      v[4 * i + 3] = __uint_as_float(w.w);
+      const uint4 q = ptx::ld_stream_l1_v4((const u8*)p + 16 * i, pol);
+      w[4 * i + 0] = q.x, w[4 * i + 1] = q.y, w[4 * i + 2] = q.z, w[4 * i + 3] = q.w;
     }
+  }
+  NVFP4_DEVICE static float at(const u32* w, int i) { return __uint_as_float(w[i]); }
+  NVFP4_DEVICE static float amax_nan(const u32* w) {
+    float m = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) m = ptx::fmax_nan(m, fabsf(at(w, i)));
+    return m;
   }
 };
 struct F16In {
-  NVFP4_DEVICE static void load16(const void* p, float* v) {
+  static constexpr int WORDS = 8;
+  NVFP4_DEVICE static void load(const void* p, u32* w, u64 pol) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const uint4 w = ptx::ld_nc_v4((const u8*)p + 16 * i);
-      ptx::f16x2_to_f32(w.x, v[8 * i + 0], v[8 * i + 1]);
-      ptx::f16x2_to_f32(w.y, v[8 * i + 2], v[8 * i + 3]);
-      ptx::f16x2_to_f32(w.z, v[8 * i + 4], v[8 * i + 5]);
-      ptx::f16x2_to_f32(w.w, v[8 * i + 6], v[8 * i + 7]);
+      const uint4 q = ptx::ld_stream_l1_v4((const u8*)p + 16 * i, pol);
+      w[4 * i + 0] = q.x, w[4 * i + 1] = q.y, w[4 * i + 2] = q.z, w[4 * i + 3] = q.w;
     }
+  }
+  NVFP4_DEVICE static float at(const u32* w, int i) {
+    float lo, hi;
+    ptx::f16x2_to_f32(w[i / 2], lo, hi);
+    return i % 2 ? hi : lo;
+  }
+  // Pairs first, in f16x2 (exact: max only selects), then the two lanes in f32.
+  NVFP4_DEVICE static float amax_nan(const u32* w) {
+    u32 m = ptx::max_abs_nan_f16x2(ptx::max_abs_nan_f16x2(ptx::max_abs_nan_f16x2(w[0], w[1]), ptx::max_abs_nan_f16x2(w[2], w[3])),
+                                   ptx::max_abs_nan_f16x2(ptx::max_abs_nan_f16x2(w[4], w[5]), ptx::max_abs_nan_f16x2(w[6], w[7])));
+    float lo, hi;
+    ptx::f16x2_to_f32(m, lo, hi);
+    return ptx::fmax_nan(fabsf(lo), fabsf(hi));
   }
 };
 struct Bf16In {
-  NVFP4_DEVICE static void pair(u32 w, float& lo, float& hi) {
-    lo = __uint_as_float(w << 16);
-    hi = __uint_as_float(w & 0xFFFF0000u);
+  static constexpr int WORDS = 8;
+  NVFP4_DEVICE static void load(const void* p, u32* w, u64 pol) { F16In::load(p, w, pol); }
+  // The even element is the low half (little-endian); a bf16 is the top half of its f32.
+  NVFP4_DEVICE static float at(const u32* w, int i) {
+    return __uint_as_float(i % 2 ? w[i / 2] & 0xFFFF0000u : w[i / 2] << 16);
   }
-  NVFP4_DEVICE static void load16(const void* p, float* v) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const uint4 w = ptx::ld_nc_v4((const u8*)p + 16 * i);
-      pair(w.x, v[8 * i + 0], v[8 * i + 1]);
-      pair(w.y, v[8 * i + 2], v[8 * i + 3]);
-      pair(w.z, v[8 * i + 4], v[8 * i + 5]);
-      pair(w.w, v[8 * i + 6], v[8 * i + 7]);
-    }
+  // Pairs first, in bf16x2 (exact: max only selects), then the two lanes in f32.
+  NVFP4_DEVICE static float amax_nan(const u32* w) {
+    const u32 m = ptx::max_abs_nan_bf16x2(
+        ptx::max_abs_nan_bf16x2(ptx::max_abs_nan_bf16x2(w[0], w[1]), ptx::max_abs_nan_bf16x2(w[2], w[3])),
+        ptx::max_abs_nan_bf16x2(ptx::max_abs_nan_bf16x2(w[4], w[5]), ptx::max_abs_nan_bf16x2(w[6], w[7])));
+    return ptx::fmax_nan(fabsf(__uint_as_float(m << 16)), fabsf(__uint_as_float(m & 0xFFFF0000u)));
   }
 };
 
-// f32 -> E4M3 code, nearest even, saturating at 448, NaN -> 0x7F (format/e4m3.rs f32_to_e4m3).
-NVFP4_DEVICE u32 e4m3_code(float x) {
-  if (x != x) return 0x7F;
-  const u32 sign = signbit(x) ? 0x80u : 0u;
-  const float m = fabsf(x);
-  if (m >= 448.0f) return sign | 0x7Eu;
-  if (m < 0.015625f) return sign | (u32)rintf(__fmul_rn(m, 512.0f));  // subnormals: steps of 2^-9
-  const int e = (int)((__float_as_uint(m) >> 23) & 0xFF) - 127;     // m = 1.f * 2^e, e in [-6, 8]
-  const float q = rintf(__fmul_rn(m, __uint_as_float((u32)(127 + 3 - e) << 23)));  // in [8, 16]
-  return sign | (u32)((e + 7) * 8 + (int)q - 8);  // q = 16 carries into the next exponent
-}
+// f32 -> E4M3 code, nearest even, saturating at 448 (infinities too), NaN -> 0x7F: the hardware
+// conversion, which rounds as format/e4m3.rs f32_to_e4m3 does (the boundary tests pin this).
+NVFP4_DEVICE u32 e4m3_code(float x) { return ptx::cvt_f32_e4m3(x); }
 
-// E4M3 code (never NaN here) -> f32, exact.
+// E4M3 code -> f32, exactly (through f16, which holds every e4m3 value).
 NVFP4_DEVICE float e4m3_value(u32 code) {
-  const u32 e = (code >> 3) & 0xF, m = code & 7;
-  const float mag = e == 0 ? __fmul_rn((float)m, 0.001953125f)  // m/8 * 2^-6
-                           : __fmul_rn((float)(8 + m), __uint_as_float((e + 127 - 10) << 23));
-  return (code & 0x80) ? -mag : mag;
+  float lo, hi;
+  ptx::f16x2_to_f32(ptx::cvt_e4m3x2_f16x2(code), lo, hi);
+  return lo;
 }
 
 // f32 -> E2M1 code, nearest even (a tie goes to the even code), saturating at 6, NaN -> 0
@@ -101,6 +116,46 @@ NVFP4_DEVICE u32 e2m1_code(float x) {
   return sign | c;
 }
 
+// The fast path's range of s: there 1/s rounds to a normal f32 and |x| * rcp(s) keeps a relative
+// error below 2^-23 wherever it can reach a rounding boundary (y >= 0.25).
+constexpr float FAST_S_MIN = 0x1p-120f;
+constexpr float FAST_S_MAX = 0x1p+120f;
+// Half-width, in units of the last place of z below, of the window around a rounding boundary
+// where y cannot decide and the exact path is taken. The error of y against the CPU's rounded
+// quotient is at most 3 units (2^-23 relative from rcp and the product, half an ulp from the
+// CPU's own rounding); 4 leaves one unit spare.
+constexpr u32 NEAR = 4;
+// 6 * 2^-126: z of the largest e2m1 magnitude; larger z saturate to it.
+constexpr u32 Z_SIX = 0x01C00000u;
+
+// The e2m1 codes of 8 elements of a block, packed (element 8h + j in nibble j), from y = |x| * r.
+// z = y * 2^-126 puts y's e2m1 grid on the f32 bit pattern: for y >= 1 the exponent and the top
+// mantissa bit of z are the code (2 + 2 * (e + 1) + m), and for y < 1 z is subnormal with the
+// grid 0, 0.5, 1 at bits 0, 2^22, 2^23, e2m1's own subnormals. Adding 2^21 (half a step) rounds
+// to the nearest code, which then sits in bits 22..24; the rounding boundaries (0.25, 0.75, 1.25,
+// ..., 5) are exactly the z whose low 22 bits are 2^21, so `near` is set when those bits are
+// within NEAR of it. t below holds (z + 2^21) << 6: the code in bits 28..30 under the sign of x,
+// which a funnel shift appends to the packed word (e2m1_step does one element). CLAMP saturates
+// z at 6 (needed only when some y reaches 7, where the rounded code would be 8).
+template <bool CLAMP>
+NVFP4_DEVICE u32 e2m1_step(float x, float r, bool& near) {
+  const float z = __fmul_rn(__fmul_rn(fabsf(x), r), 0x1p-126f);  // y < 1: one rounding of 2^-24
+  const u32 zb = CLAMP ? min(__float_as_uint(z), Z_SIX) : __float_as_uint(z);
+  // The low 22 bits of zb + 2^21 within NEAR of 0 (mod 2^22), tested in the top 22 bits.
+  near |= (zb << 10) + ((0x200000u + NEAR) << 10) <= (2 * NEAR) << 10;
+  return (zb * 64u + (0x200000u << 6)) | (__float_as_uint(x) & 0x80000000u);
+}
+
+template <class In, bool CLAMP>
+NVFP4_DEVICE u32 e2m1_fast8(const u32* w, int h, float r, bool& near) {
+  u32 acc = 0;
+#pragma unroll
+  for (int i = 8 * h + 7; i >= 8 * h; --i) {  // the last element first: it ends in the top nibble
+    acc = ptx::shf_l(e2m1_step<CLAMP>(In::at(w, i), r, near), acc, 4);
+  }
+  return acc;
+}
+
 // The global scale this launch uses (QuantizeParams::global_mode: 0 from the amax word, 1 the
 // value in the params, 2 the f32 at global_in).
 NVFP4_DEVICE float global_scale(const QuantizeParams& p) {
@@ -118,46 +173,101 @@ NVFP4_DEVICE i64 blocked_offset(i64 i, i64 j, i64 b, i64 R, i64 C) {
 template <class In, int BYTES>
 NVFP4_DEVICE void amax_kernel(const QuantizeParams& p) {
   float m = 0.0f;
-  const i64 stride = (i64)gridDim.x * THREADS;
-  for (i64 b = (i64)blockIdx.x * THREADS + threadIdx.x; b < p.blocks; b += stride) {
-    float v[16];
-    In::load16((const u8*)p.x + b * 16 * BYTES, v);
+  const i64 step = (i64)gridDim.x * THREADS * AMAX_UNROLL;
+  const u64 pol = ptx::policy_evict_normal();  // LRU: the quantize pass re-reads what stays in L2
+  for (i64 b0 = (i64)blockIdx.x * THREADS * AMAX_UNROLL + threadIdx.x; b0 < p.blocks; b0 += step) {
+    u32 w[AMAX_UNROLL][In::WORDS];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) m = fmaxf(m, fabsf(v[i]));  // fmaxf skips NaN, like f32::max
+    for (int u = 0; u < AMAX_UNROLL; ++u) {
+      const i64 b = b0 + (i64)u * THREADS;
+      if (b < p.blocks) In::load((const u8*)p.x + b * 16 * BYTES, w[u], pol);
+    }
+#pragma unroll
+    for (int u = 0; u < AMAX_UNROLL; ++u) {
+      if (b0 + (i64)u * THREADS >= p.blocks) break;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) m = fmaxf(m, fabsf(In::at(w[u], i)));  // skips NaN, like f32::max
+    }
   }
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
   if (threadIdx.x % 32 == 0 && m > 0.0f) atomicMax(p.amax, __float_as_uint(m));
 }
 
-template <class In, int BYTES>
-NVFP4_DEVICE void quantize_kernel(const QuantizeParams& p) {
-  const i64 b = (i64)blockIdx.x * THREADS + threadIdx.x;
-  if (b >= p.blocks) return;
-  const float g = global_scale(p);
-  if (b == 0) *p.global_out = g;
-  float v[16];
-  In::load16((const u8*)p.x + b * 16 * BYTES, v);
-  float amax = 0.0f;
+// Quantizes block `b` (input at `src`) from its raw words `w`; writes its values and scale.
+template <class In>
+NVFP4_DEVICE void quantize_block(const QuantizeParams& p, float g, i64 b, const u32* w) {
+  float amax = In::amax_nan(w);
+  const bool has_nan = amax != amax;
+  if (has_nan) {  // rare: the CPU's amax skips NaN
+    amax = 0.0f;
 #pragma unroll
-  for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(In::at(w, i)));
+  }
   const u32 sc = e4m3_code(__fdiv_rn(__fdiv_rn(amax, 6.0f), g));
   const float s = __fmul_rn(e4m3_value(sc), g);
-  const bool ok = s > 0.0f && isfinite(s);
-  u32 packed[2] = {0u, 0u};
+  u32 packed[2] = {0u, 0u};  // s == 0 (an all-zero block, a scale that rounds to 0): all +0
+  if (!has_nan && s >= FAST_S_MIN && s <= FAST_S_MAX) {
+    const float r = __frcp_rn(s);
+    bool near = false;
+    if (__fmul_rn(amax, r) < 7.0f) {  // no y reaches 7: no code needs saturating
+      packed[0] = e2m1_fast8<In, false>(w, 0, r, near);
+      packed[1] = e2m1_fast8<In, false>(w, 1, r, near);
+    } else {
+      packed[0] = e2m1_fast8<In, true>(w, 0, r, near);
+      packed[1] = e2m1_fast8<In, true>(w, 1, r, near);
+    }
+    if (near) {  // rare: redo the elements near a rounding boundary with the exact quotient
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const u32 q = ok ? e2m1_code(__fdiv_rn(v[i], s)) : 0u;
-    packed[i / 8] |= q << (4 * (i % 8));  // even k in the low nibble
+      for (int i = 0; i < 16; ++i) {
+        bool here = false;
+        e2m1_step<true>(In::at(w, i), r, here);
+        if (here) {
+          const u32 shift = 4 * (i % 8);
+          packed[i / 8] = (packed[i / 8] & ~(0xFu << shift)) | e2m1_code(__fdiv_rn(In::at(w, i), s)) << shift;
+        }
+      }
+    }
+  } else if (s > 0.0f && isfinite(s)) {  // rare: NaN in the block, or an extreme scale
+#pragma unroll
+    for (int i = 0; i < 16; ++i) packed[i / 8] |= e2m1_code(__fdiv_rn(In::at(w, i), s)) << (4 * (i % 8));
   }
   *(uint2*)(p.values + b * 8) = make_uint2(packed[0], packed[1]);
-  const i64 row = b / p.sf_cols, j = b % p.sf_cols;
   i64 off = b;
   if (p.blocked) {
+    const i64 row = b / p.sf_cols, j = b % p.sf_cols;
     const i64 R = (p.rows + 127) / 128, C = (p.sf_cols + 3) / 4;
     off = blocked_offset(row % p.rows, j, row / p.rows, R, C);
   }
   p.scales[off] = (u8)sc;
+}
+
+template <class In, int BYTES>
+NVFP4_DEVICE void quantize_kernel(const QuantizeParams& p) {
+  const float g = global_scale(p);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *p.global_out = g;
+  const u64 pol = ptx::policy_evict_first();
+  constexpr i64 TILE = THREADS;  // one 16-block per thread and tile
+  const i64 tiles = (p.blocks + TILE - 1) / TILE;
+  // This thread's block in the t-th tile of the walk. `reverse` walks from the end of x: after
+  // the amax pass, whose last loads are there, the first tiles quantized are those still in L2.
+  const auto block_of = [&](i64 t) { return (p.reverse ? tiles - 1 - t : t) * TILE + threadIdx.x; };
+  // Software pipelined: the next tile's loads are in flight while this tile is quantized.
+  i64 t = blockIdx.x;
+  if (t >= tiles) return;
+  u32 w[In::WORDS];
+  i64 b = block_of(t);
+  if (b < p.blocks) In::load((const u8*)p.x + b * 16 * BYTES, w, pol);
+  for (; t < tiles; t += gridDim.x) {
+    const i64 tn = t + gridDim.x;
+    const i64 bn = tn < tiles ? block_of(tn) : p.blocks;
+    u32 wn[In::WORDS];
+    if (bn < p.blocks) In::load((const u8*)p.x + bn * 16 * BYTES, wn, pol);
+    if (b < p.blocks) quantize_block<In>(p, g, b, w);
+#pragma unroll
+    for (int i = 0; i < In::WORDS; ++i) w[i] = wn[i];
+    b = bn;
+  }
 }
 
 }  // namespace

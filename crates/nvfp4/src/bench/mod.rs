@@ -7,7 +7,8 @@
 //!
 //! Layers: [`stats`], [`report`] and [`graph::Rotation`] are pure (tested without a GPU); [`timer`],
 //! [`graph::Graph`], [`ceilings`], [`floors`] and the [`Peer`] run on the device; [`lt`] (cuBLASLt's raw API) and `gpu` (library probes) hold
-//! the module's only `unsafe` code, each block with a `SAFETY` note; [`run`] ties them together.
+//! the module's only `unsafe` code, each block with a `SAFETY` note; [`quantize`] adds the GPU
+//! quantizer's rows (cold protocol); [`run`] ties them together.
 
 pub mod ceilings;
 pub mod floors;
@@ -17,6 +18,7 @@ mod graph_rows;
 pub mod lt;
 mod peer;
 mod protocol;
+pub mod quantize;
 pub mod report;
 mod runner;
 pub mod stats;

@@ -94,6 +94,8 @@ pub struct Options {
     pub warmup: usize,
     /// The timing protocol of every row (SPEC §7).
     pub mode: Protocol,
+    /// Also time the GPU quantizer (`bench::quantize`, after the problems).
+    pub quantize: bool,
 }
 
 impl Default for Options {
@@ -104,6 +106,7 @@ impl Default for Options {
             samples: DEFAULT_SAMPLES,
             warmup: DEFAULT_WARMUP,
             mode: Protocol::Cold,
+            quantize: true,
         }
     }
 }
@@ -222,6 +225,13 @@ pub fn run(opts: &Options, log: &mut dyn FnMut(&str)) -> Result<Report> {
             ));
             rows.push(row);
         }
+    }
+    if opts.quantize && opts.mode == Protocol::Cold {
+        rows.extend(super::quantize::rows(backend.as_ref(), &timer, &ceilings, opts, log)?);
+    } else if opts.quantize {
+        let note = format!("{}: timed under the cold protocol only, skipped", super::quantize::PROBLEM);
+        log(&note);
+        notes.push(note);
     }
     let geomean = geomeans(&rows);
     Ok(Report {

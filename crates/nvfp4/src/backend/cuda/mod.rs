@@ -6,7 +6,8 @@
 //!   kernel, and the generated header with every size Rust and CUDA share.
 //! - [`compile`]: NVRTC options, the CUBIN cache, the ptxas report.
 //! - [`device`]: device-resident operands and views, `upload`, workspaces.
-//! - [`quantize`]: the GPU quantizer (dense device memory to NVFP4 on a given stream).
+//! - [`quantize`]: the GPU quantizer (dense device memory to NVFP4 on a given stream);
+//!   `quantize_job`: a quantization of host data staged for repeated launches (bench, tests).
 //! - [`floors`]: the benchmark's floor kernels (empty launch, streaming reads).
 //! - [`gemv`], [`sm90`] (the GEMM skeleton: GEMM, fused dual GEMM, grouped GEMM), [`fallback`]: for each
 //!   kernel family a pure plan, a bind step (plan + views + output + workspace -> parameters) and
@@ -19,7 +20,7 @@
 //! prepared problem's launch configuration to stderr at its first launch), `NVFP4_GEMM_SM90`,
 //! `NVFP4_DUAL_SM90` and `NVFP4_GROUPED_SM90` (force a skeleton configuration, see [`sm90::Forced`]), `NVFP4_KERNELS_DIR`
 //! (development: compile kernel sources from this folder instead of the embedded ones, see
-//! [`compile::Sources`]).
+//! [`compile::Sources`]), `NVFP4_QUANT_CTAS_PER_SM` (the quantizer's CTAs per SM, experiments).
 
 mod backend;
 pub mod compile;
@@ -32,6 +33,7 @@ mod host;
 pub mod kernels;
 mod prepared;
 pub mod quantize;
+mod quantize_job;
 mod runtime;
 pub mod sm90;
 
@@ -47,6 +49,7 @@ pub use gemv::GemvConfig;
 pub use kernels::KernelModule;
 pub use prepared::{Prepared, F16_NAN_BITS};
 pub use quantize::{DenseType, DenseView, GlobalSource, ScalarView};
+pub use quantize_job::{DenseBytes, JobGlobal, QuantizeJob};
 pub use runtime::{ContextScope, StreamHandle};
 pub use sm90::{GroupedPlan, Sm90Plan};
 

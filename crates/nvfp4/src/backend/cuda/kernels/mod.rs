@@ -110,6 +110,7 @@ pub fn generated_header() -> &'static str {
             s.push('\n');
         }
         s += &sm90::cuda_sizes();
+        s += &quantize::cuda_sizes();
         s
     })
 }
@@ -167,6 +168,8 @@ mod tests {
             "const u8* sf_w[2];",
             "template <> struct Layout<2, 128, 256>",
             "constexpr int THREADS = 384;",
+            "namespace quant {\nconstexpr int THREADS = 256;",
+            "i32 reverse;",
         ] {
             assert!(h.contains(needle), "missing `{needle}` in:\n{h}");
         }

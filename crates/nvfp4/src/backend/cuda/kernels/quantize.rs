@@ -17,6 +17,20 @@ pub static QUANTIZE: KernelModule = KernelModule {
     ],
 };
 
+/// Threads per CTA of both quantizer kernels; in the quantize pass also the 16-blocks of a tile
+/// (one per thread).
+pub const THREADS: u32 = 256;
+/// 16-blocks per thread and loop step in the amax pass.
+pub const AMAX_UNROLL: usize = 4;
+
+/// The `namespace quant` part of generated.cuh: the sizes above.
+pub fn cuda_sizes() -> String {
+    format!(
+        "namespace quant {{\nconstexpr int THREADS = {THREADS};\nconstexpr int AMAX_UNROLL = {AMAX_UNROLL};\n}}  \
+         // namespace quant\n"
+    )
+}
+
 kernel_struct! {
     /// The quantizer kernels' parameters.
     pub(crate) struct QuantizeParams {
@@ -44,6 +58,8 @@ kernel_struct! {
         global_value: f32 => "float",
         /// 1: blocked scale layout
         blocked: i32 => "i32",
-        reserved: i32 => "i32",
+        /// 1: the quantize pass takes its tiles from the end of x (after the amax pass, whose
+        /// last loads are there and may still be in L2)
+        reverse: i32 => "i32",
     }
 }

@@ -1,0 +1,252 @@
+//! The GPU quantizer against the CPU quantizer, bit for bit (values, scales, global scale). All
+//! but the first test need an NVIDIA GPU and are `#[ignore]`d: run them with
+//! `cargo test --release --test cuda_quantize -- --ignored` (or gpu-bin/test-cuda_quantize).
+//!
+//! The kernel decides most e2m1 codes from an approximate quotient and falls back to an exact
+//! division near a rounding boundary (kernels/quantize.cu); these inputs sit on, and one or two
+//! ulp either side of, every boundary times the block's scale, for scales across the e4m3 range
+//! (subnormal ones included) and for structured (power-of-two) and generic global scales; every
+//! bf16 and f16 bit pattern (NaN, infinities, subnormals, -0) against blocks of several amaxes;
+//! zero blocks, saturation and extreme global scales; random data in odd shapes, both layouts,
+//! the three sources of the global scale. Outputs are poisoned before each launch.
+
+use half::{bf16, f16};
+
+use nvfp4::backend::cuda::{self, CudaBackend, DenseBytes, DenseType, JobGlobal};
+use nvfp4::bench::quantize::first_difference;
+use nvfp4::format::{e4m3_to_f32, f32_to_e4m3, quantize, GlobalScale, ScaleLayout};
+use nvfp4::problem::Rng;
+
+mod common;
+use common::gpu;
+
+/// E2M1 rounding boundaries (midpoints between neighbouring magnitudes), the magnitudes
+/// themselves, and 6 (saturation).
+const POINTS: [f32; 15] = [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 7.0];
+
+/// Global scales: structured (powers of two, where quotients land exactly on boundaries) and
+/// generic, small and large.
+const GLOBALS: [f32; 8] = [1.0, 0.5, 0.0123456, 1.0 / 2688.0, 3.7e-3, 1.0e-20, 7.5e12, 1.0e30];
+
+fn bytes_of(x: &[f32], dtype: DenseType) -> Vec<u8> {
+    match dtype {
+        DenseType::F32 => x.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DenseType::F16 => x.iter().flat_map(|&v| f16::from_f32(v).to_le_bytes()).collect(),
+        DenseType::Bf16 => x.iter().flat_map(|&v| bf16::from_f32(v).to_le_bytes()).collect(),
+    }
+}
+
+/// Quantizes `x` (values exactly representable in `dtype`) `[l, rows, k]` on the GPU twice
+/// (poisoned before each launch) and on the CPU, and asserts bit-identical results.
+#[allow(clippy::too_many_arguments)]
+fn same_as_cpu(
+    b: &CudaBackend,
+    x: &[f32],
+    dtype: DenseType,
+    shape: [usize; 3],
+    global: JobGlobal,
+    layout: ScaleLayout,
+    what: &str,
+) {
+    let [l, rows, k] = shape;
+    let cpu_global = match global {
+        JobGlobal::Auto => GlobalScale::Auto,
+        JobGlobal::Value(g) | JobGlobal::Device(g) => GlobalScale::Fixed(g),
+    };
+    let want = quantize(x, l, rows, k, cpu_global).unwrap().into_layout(layout);
+    let bytes = bytes_of(x, dtype);
+    let mut job = b.prepare_quantize(DenseBytes { dtype, bytes: &bytes, shape }, global, layout).unwrap();
+    for launch in 0..2 {
+        job.poison().unwrap();
+        job.launch().unwrap();
+        let got = job.output().unwrap();
+        if let Some(d) = first_difference(&got, &want) {
+            panic!("{what} ({dtype:?}, {shape:?}, {global:?}, {layout:?}, launch {launch}): {d}");
+        }
+    }
+}
+
+/// Pads `x` with zeros to whole 16-blocks and returns it with its shape as one row.
+fn one_row(mut x: Vec<f32>) -> (Vec<f32>, [usize; 3]) {
+    x.resize(x.len().next_multiple_of(16), 0.0);
+    let k = x.len();
+    (x, [1, 1, k])
+}
+
+/// `v` moved by `d` ulps (through the bit pattern; `v` finite and positive).
+fn ulps(v: f32, d: i32) -> f32 {
+    f32::from_bits((v.to_bits() as i32 + d) as u32)
+}
+
+#[test]
+fn no_gpu_is_a_typed_error() {
+    if cuda::is_available() {
+        return; // covered by the GPU tests
+    }
+    assert!(CudaBackend::new().is_err());
+}
+
+/// f32 blocks whose first element fixes the scale (codes across the e4m3 range, subnormal ones
+/// included, and block amaxes on e4m3 rounding midpoints) and whose other elements are every
+/// boundary and magnitude times the scale, exactly and up to 2 ulp either side, both signs.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn boundaries_times_the_scale_f32() {
+    let b = gpu();
+    for g in GLOBALS {
+        let mut x = Vec::new();
+        for code in 1u8..=126 {
+            // The amax on the scale code itself, and on the midpoint to the next code (e4m3
+            // rounding), nudged by an ulp.
+            let here = e4m3_to_f32(code);
+            let next = e4m3_to_f32(code + 1);
+            for a6 in [here, ulps(0.5 * (here + next), -1), 0.5 * (here + next), ulps(0.5 * (here + next), 1)] {
+                let amax = 6.0 * a6 * g;
+                if !amax.is_finite() || amax == 0.0 {
+                    continue;
+                }
+                let s = e4m3_to_f32(f32_to_e4m3(amax / 6.0 / g)) * g;
+                let mut block = vec![amax];
+                for p in POINTS {
+                    let v = p * s;
+                    if v.to_bits() < 4 || !v.is_finite() {
+                        continue;
+                    }
+                    for d in -2..=2 {
+                        let u = ulps(v, d).min(amax);
+                        block.push(if d % 2 == 0 { u } else { -u });
+                        if block.len() == 16 {
+                            x.append(&mut block);
+                            block.push(-amax);
+                        }
+                    }
+                }
+                block.resize(16, -0.0);
+                x.append(&mut block);
+            }
+        }
+        let (x, shape) = one_row(x);
+        for global in [JobGlobal::Value(g), JobGlobal::Device(g)] {
+            same_as_cpu(&b, &x, DenseType::F32, shape, global, ScaleLayout::Plain, &format!("boundaries g={g:e}"));
+        }
+    }
+}
+
+/// Every bit pattern of a 16-bit type, 15 per block after a block amax taken from a list that
+/// spans the type's range (so the quotient x / s covers the e2m1 grid for many scales).
+fn every_pattern(to_f32: impl Fn(u16) -> f32, amaxes: &[f32]) -> Vec<f32> {
+    let mut x = Vec::new();
+    for &a in amaxes {
+        let mut bits = 0u32;
+        while bits < 1 << 16 {
+            x.push(a);
+            for _ in 0..15 {
+                x.push(to_f32(bits.min(0xFFFF) as u16));
+                bits += 1;
+            }
+        }
+    }
+    x
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn every_bf16_value() {
+    let b = gpu();
+    let amaxes = [1.0e-38, 3.0e-20, 0.01, 0.75, 1.0, 6.0, 7.0, 96.0, 1.0e4, 3.0e30, 1.0e38];
+    let x = every_pattern(|h| bf16::from_bits(h).to_f32(), &amaxes.map(|a: f32| bf16::from_f32(a).to_f32()));
+    let (x, shape) = one_row(x);
+    for global in [JobGlobal::Auto, JobGlobal::Value(1.0), JobGlobal::Value(0.0123456), JobGlobal::Value(0.25)] {
+        same_as_cpu(&b, &x, DenseType::Bf16, shape, global, ScaleLayout::Plain, "every bf16");
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn every_f16_value() {
+    let b = gpu();
+    let amaxes = [6.0e-8, 1.0e-4, 0.01, 0.75, 1.0, 6.0, 7.0, 96.0, 1.0e4, 65504.0];
+    let x = every_pattern(|h| f16::from_bits(h).to_f32(), &amaxes.map(|a: f32| f16::from_f32(a).to_f32()));
+    let (x, shape) = one_row(x);
+    for global in [JobGlobal::Auto, JobGlobal::Value(1.0), JobGlobal::Value(0.0123456), JobGlobal::Device(2.0)] {
+        same_as_cpu(&b, &x, DenseType::F16, shape, global, ScaleLayout::Plain, "every f16");
+    }
+}
+
+/// Zero and negative-zero blocks (scale 0), NaN and infinity inside blocks, saturation (a global
+/// scale too small for the data: scale 448 and codes ±6), scales that round to 0 or to e4m3
+/// subnormals, f32 subnormal inputs, and global scales at the ends of the f32 range.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn specials_f32() {
+    let b = gpu();
+    let nan = f32::NAN;
+    let inf = f32::INFINITY;
+    let mut x: Vec<f32> = Vec::new();
+    let blocks: [[f32; 4]; 10] = [
+        [0.0, 0.0, 0.0, 0.0],
+        [-0.0, -0.0, -0.0, -0.0],
+        [nan, 1.0, -2.5, 0.3],
+        [nan, nan, nan, nan],
+        [inf, 1.0, -1.0, 1.0e30],
+        [-inf, inf, nan, 5.0],
+        [1.0e-45, -1.0e-40, 1.1754942e-38, 3.0e-39],
+        [3.0e38, -3.4e38, 1.0, -7.0],
+        [448.0 * 6.0, 1.0e6, -2688.0, 2687.9998],
+        [0.001, -0.00075, 0.00125, 0.0005],
+    ];
+    for blk in blocks {
+        for i in 0..16 {
+            x.push(blk[i % 4] * if i < 4 { 1.0 } else { 0.5 });
+        }
+    }
+    let (x, shape) = one_row(x);
+    for g in [1.0, 1.0e-3, 1.0e-40, 1.0e-30, 1.0e30, f32::MAX, f32::MIN_POSITIVE, 0.0123456] {
+        same_as_cpu(
+            &b,
+            &x,
+            DenseType::F32,
+            shape,
+            JobGlobal::Value(g),
+            ScaleLayout::Plain,
+            &format!("specials g={g:e}"),
+        );
+    }
+    same_as_cpu(&b, &x, DenseType::F32, shape, JobGlobal::Auto, ScaleLayout::Plain, "specials amax");
+    // Only zeros: the amax global scale is 1.
+    same_as_cpu(&b, &[0.0; 64], DenseType::F32, [1, 2, 32], JobGlobal::Auto, ScaleLayout::Blocked, "zeros");
+}
+
+/// Random signed data in shapes that end inside a CTA tile and inside a 128-row scale tile,
+/// batches, every dtype, every global source, both layouts.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn random_shapes_layouts_and_sources() {
+    let b = gpu();
+    let shapes = [[1, 1, 16], [1, 3, 48], [2, 130, 32], [3, 77, 272], [1, 1000, 528], [2, 257, 1040], [1, 4096, 512]];
+    let mut rng = Rng::new(11);
+    for (i, shape) in shapes.into_iter().enumerate() {
+        let n = shape.iter().product::<usize>();
+        for dtype in [DenseType::F32, DenseType::F16, DenseType::Bf16] {
+            let raw: Vec<f32> = (0..n)
+                .map(|_| {
+                    let u = 2.0 * rng.unit_f32() - 1.0;
+                    let e = rng.below(24) as i32 - 12;
+                    u * 2f32.powi(e)
+                })
+                .collect();
+            // Values exactly representable in the input type.
+            let x: Vec<f32> = match dtype {
+                DenseType::F32 => raw,
+                DenseType::F16 => raw.iter().map(|&v| f16::from_f32(v).to_f32()).collect(),
+                DenseType::Bf16 => raw.iter().map(|&v| bf16::from_f32(v).to_f32()).collect(),
+            };
+            let g = 0.01 + 0.001 * i as f32;
+            for global in [JobGlobal::Auto, JobGlobal::Value(g), JobGlobal::Device(g)] {
+                for layout in [ScaleLayout::Plain, ScaleLayout::Blocked] {
+                    same_as_cpu(&b, &x, dtype, shape, global, layout, "random");
+                }
+            }
+        }
+    }
+}
