@@ -371,9 +371,9 @@ fn gemv_fixed_cost() {
         let alpha = nvfp4::ops::effective_alpha(g.alpha, &g.a, &g.b) as f64;
         let mut vrows = Vec::new();
         for (vname, module) in &variants {
-            let (symbol, _) = nvfp4::backend::cuda::gemv::variant(k, g.a.layout());
+            let (symbol, _) = nvfp4::backend::cuda::gemv::variant(k, g.a.layout(), nvfp4::OutputDtype::F16);
             let f = module.load_function(symbol).unwrap();
-            let base = GemvConfig::choose((m, k, l), g.a.layout(), sms, |_, smem| {
+            let base = GemvConfig::choose((m, k, l), g.a.layout(), nvfp4::OutputDtype::F16, sms, |_, smem| {
                 f.occupancy_max_active_blocks_per_multiprocessor(256, smem, None).unwrap() as usize
             });
             let mut np = base.clone();

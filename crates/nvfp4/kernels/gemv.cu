@@ -209,7 +209,7 @@ __device__ __forceinline__ float warp_reduce4(const float* acc, int lane) {
   return t;
 }
 
-template <int CB, bool BLOCKED>
+template <int CB, bool BLOCKED, bool BF16>
 __device__ void gemv_body(const GemvParams& p) {
   extern __shared__ __align__(16) u8 smem[];
   __shared__ u32 s_last;
@@ -277,7 +277,7 @@ __device__ void gemv_body(const GemvParams& p) {
     const int my_row = (rc / 4) * 128 + 32 * (lane / 8) + (rc % 4) * 8 + warp;  // row of lane 8q
     const bool writer = lane % 8 == 0 && my_row < p.m;
     if (p.split == 1) {
-      if (writer) out::store_f64_call(p.c + (i64)l * p.m + my_row, (double)total * p.alpha, p.out_bf16);
+      if (writer) p.c[(i64)l * p.m + my_row] = out::of_f64((double)total * p.alpha, BF16);
       continue;
     }
     if (writer) p.partial[((i64)slice * p.l + l) * p.m + my_row] = total;
@@ -296,7 +296,7 @@ __device__ void gemv_body(const GemvParams& p) {
         if (r < p.m) {
           float sum = 0.f;
           for (int s = 0; s < p.split; ++s) sum += ptx::ld_cg_f32(p.partial + ((i64)s * p.l + l) * p.m + r);
-          out::store_f64_call(p.c + (i64)l * p.m + r, (double)sum * p.alpha, p.out_bf16);
+          p.c[(i64)l * p.m + r] = out::of_f64((double)sum * p.alpha, BF16);
         }
       }
       if (threadIdx.x == 0) p.counters[(i64)l * p.row_ctas + rc] = 0;  // ready for the next launch
@@ -315,12 +315,19 @@ __device__ void gemv_body(const GemvParams& p) {
 // ramp at the start and a ~2-3 us tail. Tried and dropped, none faster: a 4-stage cp.async ring
 // (3x the bytes in flight), stream-K (every SM the same work), row-contiguous streaming, L2
 // prefetches ahead of the loads (H200: 2-8 K-steps ahead and the next tile's head, 3-42% slower).
-#define GEMV_KERNEL(name, CB, BLOCKED)                                                             \
+// The output type is a compile-time choice (`_bf16` kernels): as a runtime flag, every form of the
+// f16/bf16 choice in the epilogue spilled 4-32 B at the 128-register bound (NVRTC 13.0), and a
+// noinline store call that avoided it measured 5-15% slower (H200, `nvfp4 bench gemv`).
+#define GEMV_KERNEL(name, CB, BLOCKED, BF16)                                                       \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) name(const __grid_constant__ GemvParams p) { \
-    gemv_body<CB, BLOCKED>(p);                                                                     \
+    gemv_body<CB, BLOCKED, BF16>(p);                                                               \
   }
 
-GEMV_KERNEL(gemv_nvfp4_sm90_plain, 16, false)
-GEMV_KERNEL(gemv_nvfp4_sm90_blocked, 16, true)
-GEMV_KERNEL(gemv_nvfp4_sm90_plain_k16, 8, false)
-GEMV_KERNEL(gemv_nvfp4_sm90_blocked_k16, 8, true)
+GEMV_KERNEL(gemv_nvfp4_sm90_plain, 16, false, false)
+GEMV_KERNEL(gemv_nvfp4_sm90_blocked, 16, true, false)
+GEMV_KERNEL(gemv_nvfp4_sm90_plain_k16, 8, false, false)
+GEMV_KERNEL(gemv_nvfp4_sm90_blocked_k16, 8, true, false)
+GEMV_KERNEL(gemv_nvfp4_sm90_plain_bf16, 16, false, true)
+GEMV_KERNEL(gemv_nvfp4_sm90_blocked_bf16, 16, true, true)
+GEMV_KERNEL(gemv_nvfp4_sm90_plain_k16_bf16, 8, false, true)
+GEMV_KERNEL(gemv_nvfp4_sm90_blocked_k16_bf16, 8, true, true)

@@ -11,13 +11,6 @@ namespace out {
 NVFP4_DEVICE u16 of_f32(float v, i32 bf16) { return bf16 ? ptx::f32_to_bf16_rn(v) : ptx::f32_to_f16_rn(v); }
 NVFP4_DEVICE u16 of_f64(double v, i32 bf16) { return bf16 ? ptx::f64_to_bf16_rn(v) : ptx::f64_to_f16_rn(v); }
 
-// *dst = of_f64(v, bf16), as a call: the conversion's registers stay out of the caller's.
-// NOTE: register allocation decides, measured with `nvfp4 kernels` (NVRTC 13.0): in the GEMV (128
-// registers at its launch bound, PDL version) of_f64 inline spilled 16-24 B in two variants, one
-// predicated cvt 4-32 B in three, a branch between two stores 4-24 B in two; the call none. In
-// the wgmma kernels of_f64 inline spills nothing and the predicated cvt 0.5-2 KB.
-__device__ __noinline__ void store_f64_call(u16* dst, double v, i32 bf16) { *dst = of_f64(v, bf16); }
-
 // Two elements (lo in the low half), as one 32-bit word.
 NVFP4_DEVICE u32 pair_of_f32(float lo, float hi, i32 bf16) {
   return bf16 ? ptx::f32x2_to_bf16x2_rn(lo, hi) : ptx::f32x2_to_f16x2_rn(lo, hi);

@@ -211,9 +211,9 @@ pub fn gemv_floor() {
         let (m, k, l) = g.mkl();
         let alpha = nvfp4::ops::effective_alpha(g.alpha, &g.a, &g.b) as f64;
         for (vname, module) in &vars {
-            let (symbol, _) = nvfp4::backend::cuda::gemv::variant(k, g.a.layout());
+            let (symbol, _) = nvfp4::backend::cuda::gemv::variant(k, g.a.layout(), nvfp4::OutputDtype::F16);
             let f = module.load_function(symbol).unwrap();
-            let c = GemvConfig::choose((m, k, l), g.a.layout(), sms, |_, smem| {
+            let c = GemvConfig::choose((m, k, l), g.a.layout(), nvfp4::OutputDtype::F16, sms, |_, smem| {
                 f.occupancy_max_active_blocks_per_multiprocessor(256, smem, None).unwrap() as usize
             });
             let mk_set = || {
@@ -349,8 +349,8 @@ pub fn pdl_dependency_check(b: &nvfp4::backend::cuda::CudaBackend, source: &str)
         let occ = |_: &'static str, smem: usize| {
             f.occupancy_max_active_blocks_per_multiprocessor(256, smem, None).unwrap() as usize
         };
-        let cfg1 = GemvConfig::choose((m1, k1, 1), ScaleLayout::Plain, sms, occ);
-        let cfg2 = GemvConfig::choose((m2, k2, 1), ScaleLayout::Plain, sms, occ);
+        let cfg1 = GemvConfig::choose((m1, k1, 1), ScaleLayout::Plain, nvfp4::OutputDtype::F16, sms, occ);
+        let cfg2 = GemvConfig::choose((m2, k2, 1), ScaleLayout::Plain, nvfp4::OutputDtype::F16, sms, occ);
         assert!(cfg1.split == 1, "GEMV 1 must need no workspace: {cfg1}");
         let p1 = diag_params(&cfg1, [p(&a1), p(&sfa1), p(&b1), p(&sfb1), sh, 0, 0], alpha1);
         // GEMV 2's workspace lies past GEMV 1's (none): the two kernels never share one.

@@ -181,7 +181,7 @@ impl CudaBackend {
                     return Err(crate::Error::Shape("gemv: A and B must share one scale layout".into()));
                 }
                 let mut failure = None;
-                let config = GemvConfig::choose((a.rows, a.k, a.l), a.layout, sms, |sym, smem| {
+                let config = GemvConfig::choose((a.rows, a.k, a.l), a.layout, v.c.dtype, sms, |sym, smem| {
                     match self.function(&kernels::gemv::GEMV, sym) {
                         Ok(f) => {
                             let _ = gpu.allow_smem(&f, smem);

@@ -12,7 +12,7 @@ use super::device::{F16View, Keep, Nvfp4View, Workspace, WorkspaceNeeds};
 use super::kernels::gemv::GemvParams;
 use super::kernels::pdl_ready;
 use super::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
-use crate::format::ScaleLayout;
+use crate::format::{OutputDtype, ScaleLayout};
 use crate::{Error, Result};
 
 /// Threads per CTA (8 warps).
@@ -89,14 +89,20 @@ pub struct GemvConfig {
 }
 
 /// The kernel symbol of a variant: 16 B chunks need K % 32 == 0 (16-byte aligned rows); any
-/// other K % 16 == 0 takes the 8 B path.
-pub fn variant(k: usize, layout: ScaleLayout) -> (&'static str, Chunk) {
+/// other K % 16 == 0 takes the 8 B path. The output type is a kernel of its own (`_bf16`): a
+/// runtime choice in the epilogue cost registers (kernels/gemv.cu's note).
+pub fn variant(k: usize, layout: ScaleLayout, out: OutputDtype) -> (&'static str, Chunk) {
     let wide = k.is_multiple_of(32);
-    let symbol = match (layout, wide) {
-        (ScaleLayout::Plain, true) => "gemv_nvfp4_sm90_plain",
-        (ScaleLayout::Blocked, true) => "gemv_nvfp4_sm90_blocked",
-        (ScaleLayout::Plain, false) => "gemv_nvfp4_sm90_plain_k16",
-        (ScaleLayout::Blocked, false) => "gemv_nvfp4_sm90_blocked_k16",
+    let bf16 = out == OutputDtype::Bf16;
+    let symbol = match (layout, wide, bf16) {
+        (ScaleLayout::Plain, true, false) => "gemv_nvfp4_sm90_plain",
+        (ScaleLayout::Blocked, true, false) => "gemv_nvfp4_sm90_blocked",
+        (ScaleLayout::Plain, false, false) => "gemv_nvfp4_sm90_plain_k16",
+        (ScaleLayout::Blocked, false, false) => "gemv_nvfp4_sm90_blocked_k16",
+        (ScaleLayout::Plain, true, true) => "gemv_nvfp4_sm90_plain_bf16",
+        (ScaleLayout::Blocked, true, true) => "gemv_nvfp4_sm90_blocked_bf16",
+        (ScaleLayout::Plain, false, true) => "gemv_nvfp4_sm90_plain_k16_bf16",
+        (ScaleLayout::Blocked, false, true) => "gemv_nvfp4_sm90_blocked_k16_bf16",
     };
     (symbol, if wide { Chunk::B16 } else { Chunk::B8 })
 }
@@ -117,11 +123,12 @@ impl GemvConfig {
     pub fn choose(
         mkl: (usize, usize, usize),
         layout: ScaleLayout,
+        out: OutputDtype,
         sms: usize,
         mut occupancy: impl FnMut(&'static str, usize) -> usize,
     ) -> Self {
         let (m, k, l) = mkl;
-        let (symbol, chunk) = variant(k, layout);
+        let (symbol, chunk) = variant(k, layout, out);
         let tiles128 = m.div_ceil(128);
         let last_rows = m - 128 * (tiles128 - 1);
         let row_ctas = 4 * (tiles128 - 1) + last_rows.div_ceil(8).min(4);
@@ -237,6 +244,12 @@ impl GemvLaunch {
         if a.meta.layout != config.layout || b.meta.layout != config.layout {
             return Err(Error::Shape("gemv: both operands must have the config's scale layout".into()));
         }
+        if variant(k, config.layout, c.dtype).0 != config.symbol {
+            return Err(Error::Shape(format!(
+                "gemv: a {} output needs another kernel than {}",
+                c.dtype, config.symbol
+            )));
+        }
         if c.shape != [l, m, 1] {
             return Err(Error::Shape(format!("gemv: output is {:?}, wants [{l}, {m}, 1]", c.shape)));
         }
@@ -260,7 +273,7 @@ impl GemvLaunch {
             window_ksteps: to_i32(config.window_ksteps, "window")?,
             tiles: to_i32(config.tiles, "tiles")?,
             tiles_per_cta: to_i32(config.tiles_per_cta, "tiles per CTA")?,
-            out_bf16: c.bf16_flag(),
+            reserved: 0,
         };
         to_i32(l * m, "L * M")?;
         to_i32(m * (k / 2), "M * K / 2")?;
@@ -283,7 +296,7 @@ mod tests {
     use super::*;
 
     fn cfg(m: usize, k: usize, l: usize) -> GemvConfig {
-        GemvConfig::choose((m, k, l), ScaleLayout::Plain, 132, |_, _| 2)
+        GemvConfig::choose((m, k, l), ScaleLayout::Plain, OutputDtype::F16, 132, |_, _| 2)
     }
 
     #[test]

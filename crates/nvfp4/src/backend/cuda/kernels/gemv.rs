@@ -12,6 +12,10 @@ pub static GEMV: KernelModule = KernelModule {
         "gemv_nvfp4_sm90_blocked",
         "gemv_nvfp4_sm90_plain_k16",
         "gemv_nvfp4_sm90_blocked_k16",
+        "gemv_nvfp4_sm90_plain_bf16",
+        "gemv_nvfp4_sm90_blocked_bf16",
+        "gemv_nvfp4_sm90_plain_k16_bf16",
+        "gemv_nvfp4_sm90_blocked_k16_bf16",
     ],
 };
 
@@ -26,7 +30,7 @@ kernel_struct! {
         b: u64 => "const u8*",
         /// [L, 1, K/16] or [L, 1, C, 512]
         sfb: u64 => "const u8*",
-        /// [L, M] f16 or bf16 (out_bf16)
+        /// [L, M] f16, or bf16 in the `_bf16` kernels
         c: u64 => "u16*",
         /// [split, L, M] f32, split-K partial sums
         partial: u64 => "float*",
@@ -48,7 +52,6 @@ kernel_struct! {
         /// row_ctas * l * split
         tiles: i32 => "i32",
         tiles_per_cta: i32 => "i32",
-        /// 1: c is bf16, 0: f16
-        out_bf16: i32 => "i32",
+        reserved: i32 => "i32",
     }
 }

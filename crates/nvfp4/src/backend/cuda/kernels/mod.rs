@@ -40,6 +40,10 @@ pub static PDL_READY: &[&str] = &[
     "gemv_nvfp4_sm90_blocked",
     "gemv_nvfp4_sm90_plain_k16",
     "gemv_nvfp4_sm90_blocked_k16",
+    "gemv_nvfp4_sm90_plain_bf16",
+    "gemv_nvfp4_sm90_blocked_bf16",
+    "gemv_nvfp4_sm90_plain_k16_bf16",
+    "gemv_nvfp4_sm90_blocked_k16_bf16",
     // kernels/decode_x_sm90.cu (the GEMM's and dual GEMM's first kernel): prefetches W, then
     // waits before it reads X or writes the decoded X that the previous launch may still read.
     sm90::DECODE_X_SYMBOL,
