@@ -32,18 +32,9 @@ pub static MODULES: [&KernelModule; 8] = [
 /// (SPEC §7's graph protocol chains launches this way): each executes `griddepcontrol.wait`
 /// (`ptx::wait_prerequisites`) before it touches memory an earlier kernel may write or still read
 /// (its output, workspace, counters; reading operands that no kernel writes may come first).
-/// A bound operation chains its first kernel only when that kernel is listed here; a kernel made
-/// ready adds its symbol.
+/// A bound operation chains its first kernel only when that kernel is listed here or its whole
+/// module is in [`PDL_READY_MODULES`]; a kernel made ready adds its symbol.
 pub static PDL_READY: &[&str] = &[
-    // kernels/gemv.cu: reads B and writes its output and split-K workspace only after the wait.
-    "gemv_nvfp4_sm90_plain",
-    "gemv_nvfp4_sm90_blocked",
-    "gemv_nvfp4_sm90_plain_k16",
-    "gemv_nvfp4_sm90_blocked_k16",
-    "gemv_nvfp4_sm90_plain_bf16",
-    "gemv_nvfp4_sm90_blocked_bf16",
-    "gemv_nvfp4_sm90_plain_k16_bf16",
-    "gemv_nvfp4_sm90_blocked_k16_bf16",
     // kernels/decode_x_sm90.cu (the GEMM's and dual GEMM's first kernel): prefetches W, then
     // waits before it reads X or writes the decoded X that the previous launch may still read.
     sm90::DECODE_X_SYMBOL,
@@ -53,9 +44,13 @@ pub static PDL_READY: &[&str] = &[
     floors::READ_CONTIGUOUS8_SYMBOL,
 ];
 
+/// Modules whose every kernel is ready in the sense of [`PDL_READY`]: kernels/gemv.cu reads B and
+/// writes its output and split-K workspace only after the wait.
+pub static PDL_READY_MODULES: &[&KernelModule] = &[&gemv::GEMV];
+
 /// True when `symbol`'s kernel may be launched as a programmatic dependent (see [`PDL_READY`]).
 pub fn pdl_ready(symbol: &str) -> bool {
-    PDL_READY.contains(&symbol)
+    PDL_READY.contains(&symbol) || PDL_READY_MODULES.iter().any(|m| m.symbols.contains(&symbol))
 }
 
 /// The handwritten headers, `#include`d by these names (NVRTC has no include path).
@@ -147,6 +142,16 @@ mod tests {
                 assert!(defined, "{}: no definition of {sym}", m.file);
             }
         }
+    }
+
+    #[test]
+    fn pdl_ready_modules_wait() {
+        for m in PDL_READY_MODULES {
+            assert!(MODULES.iter().any(|x| x.file == m.file), "{} is not registered", m.file);
+            assert!(m.source.contains("wait_prerequisites()"), "{}: never waits", m.file);
+            assert!(m.symbols.iter().all(|s| pdl_ready(s)), "{}", m.file);
+        }
+        assert!(pdl_ready("gemv_nvfp4_sm90_blocked_k16_bf16") && !pdl_ready("grouped_prepare_sm90"));
     }
 
     #[test]
