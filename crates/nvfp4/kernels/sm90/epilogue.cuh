@@ -17,15 +17,10 @@ struct StoreF16 {
                                  bool staged) {
     static_assert(C::PARTS == 1, "one product per output element");
     const auto val = [&](int mt, int i) { return cs.acc[mt][i]; };
-    const bool bf16 = pr.out_bf16 != 0;
-    if (pr.alpha_pow2 && bf16)
-      store_rows<C, 2, AlphaPow2<true>>(pr, un, sm, staged, val);
-    else if (pr.alpha_pow2)
-      store_rows<C, 2, AlphaPow2<false>>(pr, un, sm, staged, val);
-    else if (bf16)
-      store_rows<C, 2, AlphaF64<true>>(pr, un, sm, staged, val);
+    if (pr.alpha_pow2)
+      store_rows<C, 2, AlphaPow2>(pr, un, sm, staged, val);
     else
-      store_rows<C, 2, AlphaF64<false>>(pr, un, sm, staged, val);
+      store_rows<C, 2, AlphaF64>(pr, un, sm, staged, val);
   }
 };
 
@@ -44,10 +39,7 @@ struct SwiGLU {
     // NOTE: gating all accumulators first, then storing, spilled with 128 accumulators: ptxas
     // issued every exp and reciprocal of the tile at once.
     const auto val = [&](int mt, int i) { return silu(cs.acc[mt][i] * a1) * (cs.acc[mt][i + 2] * a2); };
-    if (pr.out_bf16)
-      store_rows<C, 1, Plain<true>>(pr, un, sm, staged, val);
-    else
-      store_rows<C, 1, Plain<false>>(pr, un, sm, staged, val);
+    store_rows<C, 1, Plain>(pr, un, sm, staged, val);
   }
 };
 

@@ -10,34 +10,28 @@ namespace sm90 {
 
 // ---- conversions of a finished value to the output type ------------------------------------------
 
-// Each conversion is a template on the output type (BF16: bf16, else f16), chosen once per tile
-// by the problem's out_bf16 (epilogue.cuh).
-// NOTE: a per-element choice (both conversions and a select) measured 7-8% slower on the grouped
-// GEMM, whose ragged tiles store element by element (H200, 8 experts: 150.8 -> 161.9 us).
-
 // v * alpha with a power-of-two alpha: exact in f32, so one f32 rounding is the reference's.
-template <bool BF16>
 struct AlphaPow2 {
   static constexpr bool PAIRS = true;
-  NVFP4_DEVICE static u32 one(const Sm90Problem& pr, float v) { return out::of_f32(v * pr.alpha_f32[0], BF16); }
-  NVFP4_DEVICE static u32 two(const Sm90Problem& pr, float lo, float hi) {
-    return out::pair_of_f32(lo * pr.alpha_f32[0], hi * pr.alpha_f32[0], BF16);
+  NVFP4_DEVICE static u32 one(const Sm90Problem& pr, i32 bf16, float v) { return out::of_f32(v * pr.alpha_f32[0], bf16); }
+  NVFP4_DEVICE static u32 two(const Sm90Problem& pr, i32 bf16, float lo, float hi) {
+    return out::pair_of_f32(lo * pr.alpha_f32[0], hi * pr.alpha_f32[0], bf16);
   }
 };
 // v * alpha for any alpha: in f64 (a product of two f32 is exact there), rounded once.
 // NOTE: no paired stores: batched f64 conversions spill registers.
-template <bool BF16>
 struct AlphaF64 {
   static constexpr bool PAIRS = false;
-  NVFP4_DEVICE static u32 one(const Sm90Problem& pr, float v) { return out::of_f64((double)v * pr.alpha[0], BF16); }
-  NVFP4_DEVICE static u32 two(const Sm90Problem& pr, float lo, float hi) { return one(pr, lo) | one(pr, hi) << 16; }
+  NVFP4_DEVICE static u32 one(const Sm90Problem& pr, i32 bf16, float v) { return out::of_f64((double)v * pr.alpha[0], bf16); }
+  NVFP4_DEVICE static u32 two(const Sm90Problem& pr, i32 bf16, float lo, float hi) {
+    return one(pr, bf16, lo) | one(pr, bf16, hi) << 16;
+  }
 };
 // A value already final.
-template <bool BF16>
 struct Plain {
   static constexpr bool PAIRS = true;
-  NVFP4_DEVICE static u32 one(const Sm90Problem&, float v) { return out::of_f32(v, BF16); }
-  NVFP4_DEVICE static u32 two(const Sm90Problem&, float lo, float hi) { return out::pair_of_f32(lo, hi, BF16); }
+  NVFP4_DEVICE static u32 one(const Sm90Problem&, i32 bf16, float v) { return out::of_f32(v, bf16); }
+  NVFP4_DEVICE static u32 two(const Sm90Problem&, i32 bf16, float lo, float hi) { return out::pair_of_f32(lo, hi, bf16); }
 };
 
 // Lane pairs (g, g+1), g even, hold output rows w, w+1 of the columns (x, x+1) in `ab`: one
@@ -62,6 +56,7 @@ NVFP4_DEVICE void store_tma(const Sm90Problem& pr, const Unit& un, const Smem<C>
   static_assert(BOXES * BOX_BYTES <= C::RAW_OFF, "the tile fits the X ring");
   const int ct = (int)ptx::tid_x_here() - 128, lane = ct % 32, t = lane % 4;
   const bool even = (lane / 4) % 2 == 0;
+  const i32 bf16 = pr.out_bf16;
   ptx::named_barrier(1, 256);  // earlier readers of shared memory (the staged sum) are done
 #pragma unroll
   for (int mt = 0; mt < C::WM; ++mt)
@@ -73,7 +68,7 @@ NVFP4_DEVICE void store_tma(const Sm90Problem& pr, const Unit& un, const Smem<C>
       const u32 box = sm.base + (wl / 64) * BOX_BYTES, byte = (wl % 64) * 2;
 #pragma unroll
       for (int q = 0; q < C::BN / 8; ++q) {
-        const u32 ab = Cvt::two(pr, val(mt, 4 * q + 2 * h), val(mt, 4 * q + 2 * h + 1));  // (x, x+1)
+        const u32 ab = Cvt::two(pr, bf16, val(mt, 4 * q + 2 * h), val(mt, 4 * q + 2 * h + 1));  // (x, x+1)
         const u32 word = row_pair(ab, even);
         const u32 xl = 8 * q + 2 * t + (even ? 0 : 1);
         ptx::sts_u32(box + xl * 128 + (((byte / 16) ^ (xl % 8)) * 16) + byte % 16, word);
@@ -107,6 +102,8 @@ NVFP4_DEVICE void store_rows(const Sm90Problem& pr, const Unit& un, const Smem<C
   const auto out_row = [&](int mt, int h) { return Cs::out_row_of(ct, mt, h); };
   const i32 sw = (i32)pr.c_stride_w, sx = (i32)pr.c_stride_x, w0 = un.tw * C::PART_ROWS;
   const i32 x0 = un.x_base + un.tx * C::BN, x_end = min(un.x_end, pr.x_rows);
+  // NOTE: read once: a grouped problem lies in global memory, reloaded after every store.
+  const i32 bf16 = pr.out_bf16;
   // NOTE: not with 2 m-tiles, 2 rows per thread and 128 accumulators (GEMM m256n128): it spills.
   constexpr bool TMA_FITS = C::WM == 1 || H == 1 || C::WM * C::BN / 2 < 128;
   // The TMA clips at the output's edges only: a tile that reaches into the next group's rows
@@ -124,7 +121,7 @@ NVFP4_DEVICE void store_rows(const Sm90Problem& pr, const Unit& un, const Smem<C
         u16* row = cl + (w0 + out_row(mt, h)) * sw + x0 + 2 * t;
 #pragma unroll
         for (int q = 0; q < C::BN / 8; ++q)
-          *reinterpret_cast<u32*>(row + 8 * q) = Cvt::two(pr, val(mt, 4 * q + 2 * h), val(mt, 4 * q + 2 * h + 1));
+          *reinterpret_cast<u32*>(row + 8 * q) = Cvt::two(pr, bf16, val(mt, 4 * q + 2 * h), val(mt, 4 * q + 2 * h + 1));
       }
     return;
   }
@@ -142,7 +139,7 @@ NVFP4_DEVICE void store_rows(const Sm90Problem& pr, const Unit& un, const Smem<C
         u16* col = cl + (x0 + 2 * t + (even ? 0 : 1)) * sx + w;
 #pragma unroll
         for (int q = 0; q < C::BN / 8; ++q) {
-          const u32 ab = Cvt::two(pr, val(mt, 4 * q + 2 * h), val(mt, 4 * q + 2 * h + 1));  // (x, x+1)
+          const u32 ab = Cvt::two(pr, bf16, val(mt, 4 * q + 2 * h), val(mt, 4 * q + 2 * h + 1));  // (x, x+1)
           *reinterpret_cast<u32*>(col + 8 * q * sx) = row_pair(ab, even);
         }
       }
@@ -156,7 +153,7 @@ NVFP4_DEVICE void store_rows(const Sm90Problem& pr, const Unit& un, const Smem<C
       const int h = (i >> 1) & 1;
       if (h >= H) continue;
       const i32 w = w0 + out_row(mt, h), x = x0 + 8 * (i >> 2) + 2 * t + (i & 1);
-      if (w < pr.w_rows && x < x_end) cl[w * sw + x * sx] = (u16)Cvt::one(pr, val(mt, i));
+      if (w < pr.w_rows && x < x_end) cl[w * sw + x * sx] = (u16)Cvt::one(pr, bf16, val(mt, i));
     }
 }
 
