@@ -155,6 +155,12 @@ if has_step sanitizer; then
       run_step "racecheck (wgmma GEMM small case)" "$log" compute-sanitizer --tool racecheck --error-exitcode 1 \
         "$BIN/test-cuda_gemm" --ignored --test-threads=1 gemm_sm90_racecheck_case
     fi
+    if [[ -x "$BIN/test-cuda_small" ]]; then
+      run_step "memcheck (small GEMM edges)" "$log" compute-sanitizer --tool memcheck --error-exitcode 1 \
+        "$BIN/test-cuda_small" --ignored --test-threads=1 small_gemm_bit_exact_every_edge
+      run_step "racecheck (small GEMM edges)" "$log" compute-sanitizer --tool racecheck --error-exitcode 1 \
+        "$BIN/test-cuda_small" --ignored --test-threads=1 small_gemm_bit_exact_every_edge
+    fi
     if [[ -x "$BIN/test-cuda_dual" ]]; then
       run_step "memcheck (dual GEMM small sweep)" "$log" compute-sanitizer --tool memcheck --error-exitcode 1 \
         "$BIN/test-cuda_dual" --ignored --test-threads=1 dual_sm90_sanitizer_sweep

@@ -1,56 +1,72 @@
-// gemm_fallback.cu: simple, correct NVFP4 GEMM, gated dual GEMM and grouped GEMM (SPEC §3.2-3.4).
-//
-// A stop-gap until the wgmma kernels land: correctness first, speed "not absurd".
+// gemm_fallback.cu: simple, correct NVFP4 GEMM, gated dual GEMM and grouped GEMM (SPEC §3.2-3.4),
+// and the one-launch kernel for small GEMMs (where the skeleton's two launches and fixed costs
+// dominate).
 // - One launch covers a list of problems (one for GEMM and dual GEMM, G for grouped GEMM): the
 //   host flattens every problem's output tiles into one grid and each problem records the first
 //   CTA of its tiles (`tile_start`); a CTA finds its problem by a linear scan.
-// - A CTA computes a 64x64 output tile with 4 warps (2x2, 32x32 each) over K-tiles of 32
-//   elements (2 scale blocks). Per K-tile it decodes A and B (and B2) into shared memory as f16,
+// - A CTA computes a 64x64 output tile with 4 warps (2x2, 32x32 each) over K-tiles of 64
+//   elements (4 scale blocks). Per K-tile it decodes A and B (and B2) into shared memory as f16,
 //   scale multiplied in (exact: every e2m1 * e4m3 product fits f16), then runs f16 mma.sync
 //   m16n8k16 with f32 accumulators (products of f16 values are exact in f32).
+// - The raw bytes of the next PF K-tiles are in flight in registers while a K-tile is decoded and
+//   multiplied: a small problem pays one memory latency per PF K-tiles, not one per K-tile.
 // - Epilogue: f64 alpha and a single rounding to f16 or bf16; dual GEMM: silu(x1) * x2 in f32.
 // - Any M, N >= 1, K % 16 == 0, either scale layout per operand, L batches (grid over l too).
 #include "ptx.cuh"
 #include "nvfp4.cuh"
 #include "output.cuh"
 
-// MmaProblem, MmaParams: declared in generated.cuh from their one definition
+// MmaProblem, MmaParams and the sizes (namespace mma): generated.cuh, from their one definition
 // (backend/cuda/kernels/fallback.rs).
 #include "generated.cuh"
 
 namespace {
 
-constexpr int BM = 64, BN = 64, BK = 32;  // CTA tile; BK = 2 scale blocks
-constexpr int THREADS = 128;              // 4 warps, 2 x 2, each 32 x 32
-constexpr int LDS = BK + 8;               // f16 per shared row: 80 B, conflict-free fragment loads
+using mma::BK;
+using mma::BM;
+using mma::BN;
+using mma::PF;
+using mma::THREADS;
+constexpr int LDS = BK + 8;  // f16 per shared row: 144 B, conflict-free fragment loads
+constexpr int BLOCKS = BK / 16 / 2;  // scale blocks per thread and operand row half
+static_assert(THREADS == 2 * BM && BM == BN, "two threads per tile row, each half of its K-tile");
 
-// Decodes 16 elements (scale block kb) of row `row` of one operand into dst[0..16) as f16.
-// Rows past `rows` and blocks past K/16 become zeros.
-__device__ void stage_block(const u8* vals, const u8* sfs, bool blocked, int rows, int k, int l, int row, int kb,
-                            u16* dst) {
-  uint4* d = reinterpret_cast<uint4*>(dst);
-  const int sf_cols = k / 16;
-  if (row >= rows || kb >= sf_cols) {
-    d[0] = make_uint4(0, 0, 0, 0);
-    d[1] = make_uint4(0, 0, 0, 0);
-    return;
+// One thread's raw bytes of one operand for one K-tile: BLOCKS consecutive 16-element blocks of
+// one row (8 bytes each) and their scale bytes. Rows past the operand and blocks past K are zero
+// (decoded: +0).
+struct Raw {
+  uint2 w[BLOCKS];
+  u32 s[BLOCKS];
+};
+
+// Loads the raw blocks of K-tile kt of row `row`: thread half h takes blocks BLOCKS * h .. + BLOCKS - 1.
+__device__ __forceinline__ Raw load_raw(const u8* vals, const u8* sfs, bool blocked, int rows, int k, int l, int row,
+                                        int kt) {
+  Raw r;
+  const int sf_cols = k / 16, kb0 = kt * (BK / 16) + BLOCKS * (threadIdx.x % 2);
+#pragma unroll
+  for (int b = 0; b < BLOCKS; ++b) {
+    const int kb = kb0 + b;
+    const bool in = row < rows && kb < sf_cols;
+    r.w[b] = in ? ptx::ld_nc_v2(vals + ((i64)l * rows + row) * (k / 2) + (i64)kb * 8) : make_uint2(0, 0);
+    r.s[b] = in ? ptx::ld_nc_u8(sfs + nvfp4::scale_offset(blocked, rows, sf_cols, row, kb, l)) : 0u;
   }
-  const uint2 w = ptx::ld_nc_v2(vals + ((i64)l * rows + row) * (k / 2) + (i64)kb * 8);
-  const u32 sbyte = ptx::ld_nc_u8(sfs + nvfp4::scale_offset(blocked, rows, sf_cols, row, kb, l));
-  // scale * 64 as f16 in both halves (exact: <= 448 * 64 < 65504; NaN stays NaN).
-  const u32 s = ptx::hmul2(ptx::cvt_e4m3x2_f16x2(sbyte | (sbyte << 8)), 0x54005400u);
-  u32 h[8];
-  nvfp4::decode_f16x8(w.x, s, h);
-  nvfp4::decode_f16x8(w.y, s, h + 4);
-  d[0] = make_uint4(h[0], h[1], h[2], h[3]);
-  d[1] = make_uint4(h[4], h[5], h[6], h[7]);
+  return r;
 }
 
-// Stages one [64, BK] operand tile: thread t decodes row t / 2, block t % 2.
-__device__ void stage_tile(const u8* vals, const u8* sfs, bool blocked, int rows, int k, int l, int row0, int kt,
-                           u16* tile) {
-  const int r = threadIdx.x / 2, h = threadIdx.x % 2;
-  stage_block(vals, sfs, blocked, rows, k, l, row0 + r, kt * 2 + h, tile + r * LDS + h * 16);
+// Decodes r into this thread's BLOCKS * 16 f16 of its tile row.
+__device__ __forceinline__ void store_raw(const Raw& r, u16* tile) {
+  uint4* d = reinterpret_cast<uint4*>(tile + (threadIdx.x / 2) * LDS + (threadIdx.x % 2) * BLOCKS * 16);
+#pragma unroll
+  for (int b = 0; b < BLOCKS; ++b) {
+    // scale * 64 as f16 in both halves (exact: <= 448 * 64 < 65504; NaN stays NaN).
+    const u32 s = ptx::hmul2(ptx::cvt_e4m3x2_f16x2(r.s[b] | (r.s[b] << 8)), 0x54005400u);
+    u32 h[8];
+    nvfp4::decode_f16x8(r.w[b].x, s, h);
+    nvfp4::decode_f16x8(r.w[b].y, s, h + 4);
+    d[2 * b] = make_uint4(h[0], h[1], h[2], h[3]);
+    d[2 * b + 1] = make_uint4(h[4], h[5], h[6], h[7]);
+  }
 }
 
 // acc[mi][ni] += A[32 x 16] * B[16 x 32] for this warp's sub-tile at K offset k0 of the tile.
@@ -97,16 +113,38 @@ __device__ void gemm_body(const MmaProblem* problems, int count) {
   float acc[2][4][4] = {};
   float acc2[DUAL ? 2 : 1][4][4] = {};
   const int ktiles = (P.k + BK - 1) / BK;
-  for (int kt = 0; kt < ktiles; ++kt) {
-    __syncthreads();  // the previous tile's fragments are read
-    stage_tile(P.a, P.sfa, P.layouts & 1, P.m, P.k, l, m0, kt, As);
-    stage_tile(P.b, P.sfb, P.layouts & 2, P.n, P.k, l, n0, kt, Bs);
-    if (DUAL) stage_tile(P.b2, P.sfb2, P.layouts & 4, P.n, P.k, l, n0, kt, B2s);
-    __syncthreads();
+  const int ra = m0 + threadIdx.x / 2, rb = n0 + threadIdx.x / 2;  // this thread's rows
+  const bool bla = P.layouts & 1, blb = P.layouts & 2, blb2 = P.layouts & 4;
+  Raw xa[PF], xb[PF], xb2[DUAL ? PF : 1];
 #pragma unroll
-    for (int k0 = 0; k0 < BK; k0 += 16) {
-      mma_k16(As, Bs, wm, wn, k0, acc);
-      if (DUAL) mma_k16(As, B2s, wm, wn, k0, acc2);
+  for (int j = 0; j < PF; ++j)
+    if (j < ktiles) {
+      xa[j] = load_raw(P.a, P.sfa, bla, P.m, P.k, l, ra, j);
+      xb[j] = load_raw(P.b, P.sfb, blb, P.n, P.k, l, rb, j);
+      if (DUAL) xb2[DUAL ? j : 0] = load_raw(P.b2, P.sfb2, blb2, P.n, P.k, l, rb, j);
+    }
+  // NOTE: PF K-tiles per outer step with the slot index a compile-time constant (a runtime index
+  // into the register arrays would put them in local memory).
+  for (int kt0 = 0; kt0 < ktiles; kt0 += PF) {
+#pragma unroll
+    for (int j = 0; j < PF; ++j) {
+      const int kt = kt0 + j;
+      if (kt >= ktiles) break;  // uniform over the CTA
+      __syncthreads();          // the previous K-tile's fragments are read
+      store_raw(xa[j], As);
+      store_raw(xb[j], Bs);
+      if (DUAL) store_raw(xb2[DUAL ? j : 0], B2s);
+      if (kt + PF < ktiles) {
+        xa[j] = load_raw(P.a, P.sfa, bla, P.m, P.k, l, ra, kt + PF);
+        xb[j] = load_raw(P.b, P.sfb, blb, P.n, P.k, l, rb, kt + PF);
+        if (DUAL) xb2[DUAL ? j : 0] = load_raw(P.b2, P.sfb2, blb2, P.n, P.k, l, rb, kt + PF);
+      }
+      __syncthreads();
+#pragma unroll
+      for (int k0 = 0; k0 < BK; k0 += 16) {
+        mma_k16(As, Bs, wm, wn, k0, acc);
+        if (DUAL) mma_k16(As, B2s, wm, wn, k0, acc2);
+      }
     }
   }
 
@@ -137,10 +175,10 @@ __device__ void gemm_body(const MmaProblem* problems, int count) {
 
 // GEMM and grouped GEMM: `count` problems, all tiles in one grid.
 extern "C" __global__ void __launch_bounds__(THREADS) gemm_nvfp4_sm90_mma(const __grid_constant__ MmaParams p) {
-  gemm_body<false>(p.problems, p.count);
+  gemm_body<false>(p.count == 1 ? &p.one : p.problems, p.count);
 }
 
 // Gated dual GEMM: silu(A * B1^T) * (A * B2^T), the A tile decoded once for both.
 extern "C" __global__ void __launch_bounds__(THREADS) dual_gemm_nvfp4_sm90_mma(const __grid_constant__ MmaParams p) {
-  gemm_body<true>(p.problems, p.count);
+  gemm_body<true>(p.count == 1 ? &p.one : p.problems, p.count);
 }

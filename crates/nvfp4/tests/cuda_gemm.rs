@@ -42,16 +42,20 @@ fn takes(p: &Problem) -> bool {
 #[ignore = "needs an NVIDIA GPU"]
 fn gemm_sm90_spec_tests_bit_exact() {
     let b = gpu();
-    for (i, shape) in test_shapes(ProblemKind::Gemm).iter().enumerate() {
-        let p = generate(shape, 2000 + i as u64).unwrap();
-        assert!(takes(&p), "{shape}: the SPEC shapes must run on the wgmma kernel");
-        let reference = p.run(&CpuBackend).unwrap();
-        for layout in LAYOUTS {
-            let what = format!("gemm {shape} {layout:?}");
-            let cfg = check_against(&b, &p.with_layout(layout), &reference, Mode::BitExact, 2, &what);
-            println!("ok {shape} {layout:?}: {cfg}");
+    // On the skeleton even where the small kernel would be chosen (tests/cuda_small.rs has it).
+    with_forced("sm90", || {
+        for (i, shape) in test_shapes(ProblemKind::Gemm).iter().enumerate() {
+            let p = generate(shape, 2000 + i as u64).unwrap();
+            assert!(takes(&p), "{shape}: the SPEC shapes must run on the wgmma kernel");
+            let reference = p.run(&CpuBackend).unwrap();
+            for layout in LAYOUTS {
+                let what = format!("gemm {shape} {layout:?}");
+                let cfg = check_against(&b, &p.with_layout(layout), &reference, Mode::BitExact, 2, &what);
+                assert!(cfg.starts_with("gemm_nvfp4_sm90_ws_"), "{cfg}");
+                println!("ok {shape} {layout:?}: {cfg}");
+            }
         }
-    }
+    });
 }
 
 #[test]

@@ -16,6 +16,7 @@ use super::kernels::{self, sm90::Op, sm90::DECODE_X, sm90::DECODE_X_SYMBOL, Kern
 use super::quantize::{self, DenseView, GlobalSource, QuantizeKernels, ScalarView};
 use super::runtime::{cuda_err, ContextScope, Gpu, StreamHandle};
 use super::sm90::{self, Forced, GroupedLaunch, GroupedOperands, Sm90Kernels, Sm90Launch, Sm90Operands};
+use super::small::{self, SmallLaunch};
 use crate::format::{F16Tensor, Nvfp4Tensor, OutTensor, OutputDtype};
 use crate::Result;
 
@@ -200,6 +201,16 @@ impl CudaBackend {
                 let f = self.function(&kernels::gemv::GEMV, config.symbol)?;
                 let ws = workspace(config.scratch())?;
                 Work::Gemv(Box::new(GemvLaunch::bind(gpu, config, f, (v.a, v.b), v.alpha, v.c, &ws)?))
+            }
+            DeviceOp::Gemm(v)
+                if small::chosen(
+                    (v.a.meta.rows, v.b.meta.rows, v.a.meta.k, v.a.meta.l),
+                    sms,
+                    Forced::from_env(Op::Gemm),
+                ) =>
+            {
+                let f = self.function(&kernels::small::SMALL, small::SMALL_SYMBOL)?;
+                Work::Small(SmallLaunch::bind(f, &v)?)
             }
             DeviceOp::Gemm(v) => {
                 let ops = Sm90Operands { a: v.a, b: std::slice::from_ref(v.b), alpha: v.alpha, c: v.c };

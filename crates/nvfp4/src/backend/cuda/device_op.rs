@@ -10,6 +10,7 @@ use super::gemv::{GemvConfig, GemvLaunch};
 use super::kernels::{grouped::PREPARE_SYMBOL, pdl_ready, sm90::DECODE_X_SYMBOL};
 use super::runtime::{Gpu, StreamHandle};
 use super::sm90::{GroupedLaunch, Sm90Launch};
+use super::small::{SmallLaunch, SMALL_SYMBOL};
 use crate::Result;
 
 /// One operation on device operands.
@@ -55,6 +56,7 @@ pub enum DeviceOp<'a> {
 pub(super) enum Work {
     Gemv(Box<GemvLaunch>),
     Mma(MmaLaunch),
+    Small(SmallLaunch),
     Sm90(Box<Sm90Launch>),
     Grouped(Box<GroupedLaunch>),
 }
@@ -90,6 +92,7 @@ impl BoundOp {
         match &self.work {
             Work::Gemv(w) => w.launch(&self.gpu, stream, chain),
             Work::Mma(w) => w.launch(&self.gpu, stream, chain),
+            Work::Small(w) => w.launch(&self.gpu, stream, chain),
             Work::Sm90(w) => w.launch(&self.gpu, stream, chain),
             Work::Grouped(w) => w.launch(&self.gpu, stream, chain),
         }
@@ -99,6 +102,7 @@ impl BoundOp {
         match &self.work {
             Work::Gemv(w) => w.config.symbol,
             Work::Mma(w) => w.config.symbol,
+            Work::Small(_) => SMALL_SYMBOL,
             Work::Sm90(_) => DECODE_X_SYMBOL,
             Work::Grouped(_) => PREPARE_SYMBOL,
         }
@@ -108,6 +112,7 @@ impl BoundOp {
         match &self.work {
             Work::Gemv(w) => w.config.to_string(),
             Work::Mma(w) => w.config.to_string(),
+            Work::Small(w) => w.config.to_string(),
             Work::Sm90(w) => w.plan.to_string(),
             Work::Grouped(w) => w.plan.to_string(),
         }
@@ -116,7 +121,7 @@ impl BoundOp {
     pub fn gemv_config(&self) -> Option<&GemvConfig> {
         match &self.work {
             Work::Gemv(w) => Some(&w.config),
-            Work::Mma(_) | Work::Sm90(_) | Work::Grouped(_) => None,
+            Work::Mma(_) | Work::Small(_) | Work::Sm90(_) | Work::Grouped(_) => None,
         }
     }
 }

@@ -14,16 +14,7 @@ use super::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
 use crate::format::ScaleLayout;
 use crate::{Error, Result};
 
-pub use super::kernels::fallback::{DUAL_SYMBOL, GEMM_SYMBOL};
-
-/// Threads per CTA (4 warps).
-pub const THREADS: u32 = 128;
-/// Output tile of one CTA (rows of A x rows of B).
-pub const TILE_M: usize = 64;
-/// See [`TILE_M`].
-pub const TILE_N: usize = 64;
-/// K elements per shared-memory stage (two scale blocks).
-pub const TILE_K: usize = 32;
+pub use super::kernels::fallback::{DUAL_SYMBOL, GEMM_SYMBOL, PREFETCH, THREADS, TILE_K, TILE_M, TILE_N};
 
 /// Launch configuration: which kernel, how many problems and tiles.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,7 +36,7 @@ impl fmt::Display for MmaConfig {
             .collect();
         write!(
             f,
-            "{} [{}]: {TILE_M}x{TILE_N}x{TILE_K} tiles, mma.sync m16n8k16 f16->f32, grid {} x {THREADS}",
+            "{} [{}]: {TILE_M}x{TILE_N}x{TILE_K} tiles, {PREFETCH} ahead, mma.sync m16n8k16 f16->f32, grid {} x {THREADS}",
             self.symbol,
             shapes.join(", "),
             self.grid
@@ -72,8 +63,8 @@ pub(crate) struct MmaLaunch {
     pub config: MmaConfig,
     func: CudaFunction,
     params: MmaParams,
-    // The descriptor array the params point into.
-    _descs: CudaSlice<MmaProblem>,
+    // The descriptor array the params point into (none for one problem: it travels by value).
+    _descs: Option<CudaSlice<MmaProblem>>,
     _keep: Vec<Keep>,
 }
 
@@ -133,8 +124,15 @@ impl MmaLaunch {
         }
         let grid = tile_start;
         to_i32(grid, "CTAs")?;
-        let table = gpu.upload(&descs, "the fallback's problem table")?;
-        let params = MmaParams { problems: gpu.addr(&table), count: to_i32(ops.len(), "groups")?, reserved: 0 };
+        let count = to_i32(ops.len(), "groups")?;
+        let (table, params) = match descs.as_slice() {
+            [one] => (None, MmaParams { problems: 0, count, reserved: 0, one: *one }),
+            _ => {
+                let table = gpu.upload(&descs, "the fallback's problem table")?;
+                let problems = gpu.addr(&table);
+                (Some(table), MmaParams { problems, count, reserved: 0, one: MmaProblem::default() })
+            }
+        };
         Ok(Self { config: MmaConfig { symbol, problems: shapes, grid }, func, params, _descs: table, _keep: keep })
     }
 

@@ -9,7 +9,8 @@
 //! - [`quantize`]: the GPU quantizer (dense device memory to NVFP4 on a given stream);
 //!   `quantize_job`: a quantization of host data staged for repeated launches (bench, tests).
 //! - [`floors`]: the benchmark's floor kernels (empty launch, streaming reads).
-//! - [`gemv`], [`sm90`] (the GEMM skeleton: GEMM, fused dual GEMM, grouped GEMM), [`fallback`]: for each
+//! - [`gemv`], [`sm90`] (the GEMM skeleton: GEMM, fused dual GEMM, grouped GEMM), [`small`] (small
+//!   GEMMs in one launch), [`fallback`]: for each
 //!   kernel family a pure plan, a bind step (plan + views + output + workspace -> parameters) and
 //!   a launch on a stream.
 //! - `backend`: [`CudaBackend`]: the device, the module cache, upload and download, and which
@@ -36,6 +37,7 @@ pub mod quantize;
 mod quantize_job;
 mod runtime;
 pub mod sm90;
+pub mod small;
 
 use std::sync::OnceLock;
 

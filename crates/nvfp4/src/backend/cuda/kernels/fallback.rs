@@ -16,6 +16,25 @@ pub const GEMM_SYMBOL: &str = "gemm_nvfp4_sm90_mma";
 /// Gated dual GEMM.
 pub const DUAL_SYMBOL: &str = "dual_gemm_nvfp4_sm90_mma";
 
+/// Threads per CTA (4 warps, 2 x 2, each a 32 x 32 sub-tile; two threads stage each tile row).
+pub const THREADS: u32 = 128;
+/// Output tile of one CTA (rows of A x rows of B).
+pub const TILE_M: usize = 64;
+/// See [`TILE_M`].
+pub const TILE_N: usize = 64;
+/// K elements per shared-memory stage (four scale blocks).
+pub const TILE_K: usize = 64;
+/// K-tiles whose raw bytes are in flight in registers ahead of the one being multiplied.
+pub const PREFETCH: usize = 4;
+
+/// The `namespace mma` part of generated.cuh: the sizes above.
+pub fn cuda_sizes() -> String {
+    format!(
+        "namespace mma {{\nconstexpr int THREADS = {THREADS};\nconstexpr int BM = {TILE_M};\nconstexpr int BN = {TILE_N};\n\
+         constexpr int BK = {TILE_K};\nconstexpr int PF = {PREFETCH};\n}}  // namespace mma\n"
+    )
+}
+
 kernel_struct! {
     /// One problem of a fallback launch (an array of them in device memory).
     pub(crate) struct MmaProblem {
@@ -53,9 +72,12 @@ kernel_struct! {
 kernel_struct! {
     /// The fallback kernels' parameters.
     pub(crate) struct MmaParams {
-        /// [count], device memory
+        /// [count], device memory; unused (0) when count == 1
         problems: u64 => "const MmaProblem*",
         count: i32 => "i32",
         reserved: i32 => "i32",
+        /// the problem when count == 1, by value: a small GEMM's CTAs read their operands'
+        /// addresses without a dependent load from device memory first
+        one: MmaProblem => "MmaProblem",
     }
 }

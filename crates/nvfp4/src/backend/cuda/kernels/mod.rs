@@ -11,15 +11,17 @@ pub mod grouped;
 mod module;
 pub mod quantize;
 pub mod sm90;
+pub mod small;
 
 use std::sync::OnceLock;
 
 pub use module::KernelModule;
 
 /// Every kernel module of the library.
-pub static MODULES: [&KernelModule; 8] = [
+pub static MODULES: [&KernelModule; 9] = [
     &gemv::GEMV,
     &fallback::FALLBACK,
+    &small::SMALL,
     &sm90::DECODE_X,
     &sm90::GEMM_SM90,
     &sm90::DUAL_SM90,
@@ -45,8 +47,8 @@ pub static PDL_READY: &[&str] = &[
 ];
 
 /// Modules whose every kernel is ready in the sense of [`PDL_READY`]: kernels/gemv.cu reads B and
-/// writes its output and split-K workspace only after the wait.
-pub static PDL_READY_MODULES: &[&KernelModule] = &[&gemv::GEMV];
+/// writes its output and split-K workspace only after the wait; kernels/gemm_small.cu waits first.
+pub static PDL_READY_MODULES: &[&KernelModule] = &[&gemv::GEMV, &small::SMALL];
 
 /// True when `symbol`'s kernel may be launched as a programmatic dependent (see [`PDL_READY`]).
 pub fn pdl_ready(symbol: &str) -> bool {
@@ -91,6 +93,7 @@ pub fn generated_header() -> &'static str {
             gemv::GemvParams::cuda_decl(),
             fallback::MmaProblem::cuda_decl(),
             fallback::MmaParams::cuda_decl(),
+            small::SmallParams::cuda_decl(),
             sm90::XDecodeParams::cuda_decl(),
             sm90::Sm90Problem::cuda_decl(),
             sm90::Sm90Schedule::cuda_decl(),
@@ -110,6 +113,8 @@ pub fn generated_header() -> &'static str {
         }
         s += &sm90::cuda_sizes();
         s += &quantize::cuda_sizes();
+        s += &fallback::cuda_sizes();
+        s += &small::cuda_sizes();
         s
     })
 }

@@ -28,13 +28,19 @@ pub enum Schedule {
 }
 
 /// A forced choice (tuning and tests), from `NVFP4_GEMM_SM90` or `NVFP4_DUAL_SM90`: `off` sends
-/// every problem of that operation to the fallback kernel; `m256n64` forces a variant, then
+/// every problem of that operation to the fallback kernel; `small` every GEMM to the one-launch
+/// small kernel (`backend/cuda/small.rs`; GEMM only); `sm90` every problem the skeleton takes to
+/// the skeleton with its own plan (no small kernel); `m256n64` forces a variant, then
 /// optionally `c1` or `c2` the cluster size, and `s3` a split, `s3d` a split summed in clusters
 /// of 3 CTAs, or `sk` stream-K: `m128n128c2sk`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Forced {
     /// The skeleton takes no problem.
     Off,
+    /// The small kernel takes every GEMM (the skeleton none).
+    Small,
+    /// The skeleton with its own plan wherever it takes the shape (never the small kernel).
+    Skeleton,
     /// This variant, and this cluster size and schedule if given and legal.
     Config(Variant, Option<usize>, Option<Schedule>),
 }
@@ -42,8 +48,11 @@ pub enum Forced {
 impl Forced {
     /// Parses the variable's value; `None` when it names nothing known.
     pub fn parse(s: &str) -> Option<Self> {
-        if s == "off" {
-            return Some(Forced::Off);
+        match s {
+            "off" => return Some(Forced::Off),
+            "small" => return Some(Forced::Small),
+            "sm90" => return Some(Forced::Skeleton),
+            _ => {}
         }
         let (name, split) = match s.split_once('s') {
             Some((v, "k")) => (v, Some(Schedule::StreamK)),
@@ -82,8 +91,10 @@ impl Forced {
 /// Why the skeleton cannot take a problem of `op` with this shape (the caller falls back to the
 /// general kernel), or `None`. `forced` is the operation's forced choice.
 pub fn rejects(op: Op, (m, n, k, l): (usize, usize, usize, usize), forced: Option<Forced>) -> Option<String> {
-    if forced == Some(Forced::Off) {
-        return Some(format!("disabled by {}=off", Forced::var(op)));
+    match forced {
+        Some(Forced::Off) => return Some(format!("disabled by {}=off", Forced::var(op))),
+        Some(Forced::Small) => return Some(format!("disabled by {}=small", Forced::var(op))),
+        _ => {}
     }
     if !k.is_multiple_of(32) || k < BK {
         return Some(format!("K = {k}: TMA needs 16-byte row strides (K % 32 == 0) and K >= {BK}"));
@@ -463,6 +474,8 @@ mod tests {
     #[test]
     fn forced_configs() {
         assert_eq!(Forced::parse("off"), Some(Forced::Off));
+        assert_eq!(Forced::parse("small"), Some(Forced::Small));
+        assert_eq!(Forced::parse("sm90"), Some(Forced::Skeleton));
         let v = Variant { bm: 256, bn: 64 };
         assert_eq!(Forced::parse("m256n64"), Some(Forced::Config(v, None, None)));
         assert_eq!(Forced::parse("m256n64s3"), Some(Forced::Config(v, None, Some(Schedule::Split(3)))));

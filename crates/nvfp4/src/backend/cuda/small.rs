@@ -1,0 +1,146 @@
+//! The one-launch GEMM of small problems (kernels/gemm_small.cu): when it is chosen, its launch
+//! configuration, bind and launch.
+
+use std::fmt;
+
+use cudarc::driver::CudaFunction;
+
+use super::device::{Keep, Nvfp4View};
+use super::device_op::GemmViews;
+use super::kernels::pdl_ready;
+use super::kernels::small::{SmallParams, CHUNK_K, THREADS, TILE_M, TILE_N, WARPS};
+use super::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
+use super::sm90::Forced;
+use crate::format::ScaleLayout;
+use crate::{Error, Result};
+
+pub use super::kernels::small::SMALL_SYMBOL;
+
+/// CTAs of the small kernel for (M, N, L).
+pub fn ctas((m, n, _k, l): (usize, usize, usize, usize)) -> usize {
+    m.div_ceil(TILE_M) * n.div_ceil(TILE_N) * l
+}
+
+/// Whether a GEMM of this shape runs on the small kernel: when forced (`NVFP4_GEMM_SM90=small`),
+/// never when another choice is forced (`sm90`, `off`, a variant), and otherwise where it measured
+/// faster than the skeleton in both protocols (H200, NOTES.md "The small GEMM"): at most
+/// [`MAX_CHUNKS_PER_WARP`] chunks per warp (each one memory latency after the first) and at most
+/// [`MAX_CHUNKS_PER_SM`] CTA-chunks of work per SM. 128x256x256: 3.1 µs per launch in a graph
+/// against the skeleton's 8.5; 128x1024x1024 6.4 against 12.0; 512x512x512 8.2 against 11.8;
+/// past the bounds it loses (128x2048x2048 20.8 against 14.4, 128x7168x256 15.3 against 8.9).
+pub fn chosen(mnkl: (usize, usize, usize, usize), sms: usize, forced: Option<Forced>) -> bool {
+    match forced {
+        Some(Forced::Small) => true,
+        Some(_) => false,
+        None => {
+            let chunks = mnkl.2.div_ceil(CHUNK_K);
+            chunks.div_ceil(WARPS) <= MAX_CHUNKS_PER_WARP && ctas(mnkl) * chunks <= MAX_CHUNKS_PER_SM * sms
+        }
+    }
+}
+
+/// Most 64-element chunks per warp where the small kernel is chosen on its own.
+pub const MAX_CHUNKS_PER_WARP: usize = 4;
+/// Most CTA-chunks (CTAs x chunks of K) per SM where the small kernel is chosen on its own.
+pub const MAX_CHUNKS_PER_SM: usize = 32;
+
+/// Launch configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SmallConfig {
+    /// (M, N, K, L).
+    pub mnkl: (usize, usize, usize, usize),
+    /// CTAs launched.
+    pub grid: usize,
+}
+
+impl fmt::Display for SmallConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (m, n, k, l) = self.mnkl;
+        write!(
+            f,
+            "{SMALL_SYMBOL} {m}x{n}x{k}x{l}: one launch, {TILE_M}x{TILE_N} tiles, K in {CHUNK_K}-element chunks \
+             shared by {WARPS} warps, mma.sync m16n8k16 from registers, grid {} x {THREADS}",
+            self.grid
+        )
+    }
+}
+
+/// A GEMM bound to the small kernel.
+pub(crate) struct SmallLaunch {
+    pub config: SmallConfig,
+    func: CudaFunction,
+    params: SmallParams,
+    _keep: Vec<Keep>,
+}
+
+fn to_i32(x: usize, what: &str) -> Result<i32> {
+    i32::try_from(x).map_err(|_| Error::Invalid(format!("{what} = {x} exceeds the small kernel's 32-bit indexing")))
+}
+
+fn blocked(t: &Nvfp4View) -> i32 {
+    i32::from(t.meta.layout == ScaleLayout::Blocked)
+}
+
+impl SmallLaunch {
+    /// Binds a GEMM's views to `func` ([`SMALL_SYMBOL`]).
+    pub fn bind(func: CudaFunction, v: &GemmViews<'_>) -> Result<Self> {
+        let (a, b) = (&v.a.meta, &v.b.meta);
+        let (m, n, k, l) = (a.rows, b.rows, a.k, a.l);
+        if (b.l, b.k) != (l, k) {
+            return Err(Error::Shape(format!("small gemm: B {b:?} does not match A {a:?}")));
+        }
+        if v.c.shape != [l, m, n] {
+            return Err(Error::Shape(format!("small gemm: output {:?}, wants [{l}, {m}, {n}]", v.c.shape)));
+        }
+        let mnkl = (m, n, k, l);
+        to_i32(l * m * n, "L * M * N")?;
+        to_i32(l * m.max(n) * k / 2, "L * rows * K / 2")?;
+        let grid = ctas(mnkl);
+        to_i32(grid, "CTAs")?;
+        let params = SmallParams {
+            a: v.a.values,
+            sfa: v.a.scales,
+            b: v.b.values,
+            sfb: v.b.scales,
+            c: v.c.addr,
+            alpha: (v.alpha.unwrap_or(1.0) * a.global_scale * b.global_scale) as f64,
+            m: to_i32(m, "M")?,
+            n: to_i32(n, "N")?,
+            k: to_i32(k, "K")?,
+            l: to_i32(l, "L")?,
+            layouts: blocked(v.a) | blocked(v.b) << 1,
+            out_bf16: v.c.bf16_flag(),
+        };
+        let keep = [v.a.keep(), v.b.keep(), v.c.keep()].into_iter().flatten().collect();
+        Ok(Self { config: SmallConfig { mnkl, grid }, func, params, _keep: keep })
+    }
+
+    /// Enqueues the kernel on `stream`; `chain`: as a programmatic dependent of the previous
+    /// kernel there (the kernel waits before it touches memory).
+    pub fn launch(&self, gpu: &Gpu, stream: StreamHandle, chain: bool) -> Result<()> {
+        let options = LaunchOptions { dependent: chain && pdl_ready(SMALL_SYMBOL), cluster_x: 0 };
+        let shape = LaunchShape::linear(self.config.grid as u32, THREADS, 0).with(options);
+        gpu.launch(stream, &self.func, shape, &self.params)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choice() {
+        // Forced either way.
+        assert!(chosen((4096, 4096, 4096, 1), 132, Some(Forced::Small)));
+        assert!(!chosen((128, 256, 256, 1), 132, Some(Forced::Off)));
+        // On its own: small shapes only.
+        for mnkl in [(128, 256, 256, 1), (128, 1024, 1024, 1), (512, 512, 512, 1), (32, 1024, 1024, 1), (1, 1, 16, 1)] {
+            assert!(chosen(mnkl, 132, None), "{mnkl:?}");
+        }
+        // Long K, many tiles, or both.
+        for mnkl in [(128, 256, 4096, 1), (4096, 4096, 256, 1), (128, 7168, 256, 1), (128, 2048, 2048, 1)] {
+            assert!(!chosen(mnkl, 132, None), "{mnkl:?}");
+        }
+        assert_eq!(ctas((17, 33, 64, 2)), 2 * 2 * 2);
+    }
+}

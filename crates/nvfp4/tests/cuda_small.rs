@@ -1,0 +1,130 @@
+//! GPU tests of the one-launch small GEMM (kernels/gemm_small.cu), forced onto every case through
+//! `NVFP4_GEMM_SM90=small`: bit-identical to the CPU reference on the exact generator (ragged M
+//! and N at every tile edge, K tails of 16, 32 and 48 elements, K shorter and longer than one
+//! chunk per warp, L > 1, both scale layouts and mixed, alpha, f16 and bf16 outputs; outputs
+//! poisoned first, two launches each), random signed data with NaN scales in tolerance mode, and
+//! the automatic choice on the shape the binding's host-cost script uses. Needs an NVIDIA GPU:
+//! `cargo test --release --test cuda_small -- --ignored --test-threads=1`.
+
+use nvfp4::backend::cuda::sm90::{Forced, Op};
+use nvfp4::backend::cuda::small;
+use nvfp4::check::Mode;
+use nvfp4::format::{Nvfp4Tensor, ScaleLayout};
+use nvfp4::ops::Gemm;
+use nvfp4::problem::{generate, Problem, Shape};
+use nvfp4::{Backend, CpuBackend, OutputDtype};
+
+mod common;
+use common::{check, gpu};
+
+fn forced<T>(f: impl FnOnce() -> T) -> T {
+    common::with_forced(Forced::var(Op::Gemm), "small", f)
+}
+
+fn gemm(m: usize, n: usize, k: usize, l: usize, seed: u64) -> Problem {
+    generate(&Shape::Gemm { m, n, k, l }, seed).unwrap()
+}
+
+/// The layouts of A and B per case: plain, blocked, and each mixed.
+fn relayout(p: &Problem, i: usize) -> Problem {
+    let Problem::Gemm(g) = p else { unreachable!() };
+    let (la, lb) = [
+        (ScaleLayout::Plain, ScaleLayout::Plain),
+        (ScaleLayout::Blocked, ScaleLayout::Blocked),
+        (ScaleLayout::Plain, ScaleLayout::Blocked),
+        (ScaleLayout::Blocked, ScaleLayout::Plain),
+    ][i % 4];
+    let alpha = [None, Some(0.375), None, Some(-3.0)][i % 4];
+    Problem::Gemm(Gemm::new(g.a.to_layout(la), g.b.to_layout(lb), alpha).unwrap())
+}
+
+const SHAPES: [(usize, usize, usize, usize); 12] = [
+    (1, 1, 16, 1),
+    (16, 32, 64, 1),
+    (17, 33, 48, 1),
+    (15, 31, 80, 2),
+    (128, 256, 256, 1),
+    (100, 300, 1040, 1),
+    (33, 65, 512, 3),
+    (64, 7, 4096, 1),
+    (3, 200, 272, 1),
+    (250, 9, 96, 2),
+    (48, 96, 1008, 1),
+    (129, 129, 144, 1),
+];
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn small_gemm_bit_exact_every_edge() {
+    let b = gpu();
+    for (i, &(m, n, k, l)) in SHAPES.iter().enumerate() {
+        let p = relayout(&gemm(m, n, k, l, 7000 + i as u64), i);
+        let cfg = forced(|| check(&b, &p, Mode::BitExact, 2, &format!("small {m}x{n}x{k}x{l} case {i}")));
+        assert!(cfg.starts_with(small::SMALL_SYMBOL), "{cfg}");
+        println!("ok {m}x{n}x{k}x{l} case {i}: {cfg}");
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn small_gemm_bf16_bit_exact() {
+    let b = gpu();
+    for (i, &(m, n, k, l)) in SHAPES.iter().enumerate().filter(|(i, _)| i % 3 == 1) {
+        let p = relayout(&gemm(m, n, k, l, 7100 + i as u64), i);
+        let Problem::Gemm(g) = &p else { unreachable!() };
+        let want = CpuBackend.gemm_as(g, OutputDtype::Bf16).unwrap();
+        forced(|| {
+            let mut prep = b.prepare_as(&p, OutputDtype::Bf16).unwrap();
+            assert!(prep.describe().starts_with(small::SMALL_SYMBOL), "{}", prep.describe());
+            for launch in 0..2 {
+                prep.poison().unwrap();
+                prep.launch().unwrap();
+                let got = prep.outputs().unwrap();
+                assert_eq!(got.len(), 1);
+                let bad = (0..want.bits().len()).filter(|&j| got[0].bits()[j] != want.bits()[j]).take(4);
+                let bad: Vec<_> = bad.map(|j| (j, got[0].bits()[j], want.bits()[j])).collect();
+                assert!(bad.is_empty(), "bf16 {m}x{n}x{k}x{l} launch {launch}: {bad:?}");
+            }
+        });
+        println!("ok bf16 {m}x{n}x{k}x{l}");
+    }
+}
+
+/// Signed random data with scales spread over 0.125 .. 15 and a NaN scale in each operand: f32
+/// sums are no longer exact (tolerance mode), NaN must reach its row and column.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn small_gemm_random_data_and_nan() {
+    let b = gpu();
+    for (i, &(m, n, k, l)) in [(128, 256, 512, 1), (40, 72, 1024, 2)].iter().enumerate() {
+        let Problem::Gemm(g) = gemm(m, n, k, l, 60 + i as u64) else { unreachable!() };
+        let spread = |t: &Nvfp4Tensor, salt: u32, nan_at: usize| {
+            let mut scales: Vec<u8> = t.scales().to_vec();
+            for (j, s) in scales.iter_mut().enumerate() {
+                let h = (j as u32 ^ salt).wrapping_mul(2654435761) >> 20;
+                *s = 0x20 + (h % 0x38) as u8;
+            }
+            scales[nan_at] = 0x7F;
+            Nvfp4Tensor::new(t.l(), t.rows(), t.k(), t.values().to_vec(), scales, ScaleLayout::Plain).unwrap()
+        };
+        let a = spread(&g.a, 3, 5 * g.a.sf_cols() + 3);
+        let bt = spread(&g.b, 4, 17 * g.b.sf_cols());
+        let p = Problem::Gemm(Gemm::new(a, bt, Some(0.375)).unwrap());
+        for layout in [ScaleLayout::Plain, ScaleLayout::Blocked] {
+            let what = format!("random {m}x{n}x{k}x{l} {layout:?}");
+            forced(|| check(&b, &p.with_layout(layout), Mode::Tolerance, 1, &what));
+            println!("ok {what}");
+        }
+    }
+}
+
+/// Without forcing, the host-cost script's shape (128x256x256) runs on the small kernel and a
+/// leaderboard shape does not.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn small_gemm_automatic_choice() {
+    let b = gpu();
+    let cfg = check(&b, &gemm(128, 256, 256, 1, 5), Mode::BitExact, 1, "128x256x256");
+    assert!(cfg.starts_with(small::SMALL_SYMBOL), "{cfg}");
+    assert!(!small::chosen((128, 7168, 2048, 1), 132, None), "an H100/H200 leaderboard shape");
+}
