@@ -3,6 +3,11 @@ none at graph replay): 1000 eager calls issued back to back, then one synchroniz
 calls replayed from a CUDA graph. Prints one JSON line per row; the headline row `gemm(out=)`
 carries the bound and whether it is met.
 
+Once the driver's launch queue is full, host time per call is the GPU's time per call: with two
+launches per call (the skeleton's X pre-pass + GEMM, 8.2 µs of GPU time) 1000 calls filled it and
+the loop measured the GPU, not the binding. The default shape now takes one launch of the small
+GEMM kernel (about 3 µs of GPU time).
+
 Rows:
   gemm(out=)             nvfp4.gemm(..., out=out): the eager call the bound is about
   gemm(new)              the same with a new output (a torch.empty inside)
@@ -12,8 +17,8 @@ Rows:
   torch add_ (1 kernel)  a one-kernel torch op on a small tensor: torch's own eager call, for scale
   no launch: ...         the two gemm(out=) rows again in a child process with
                          NVFP4_PY_NO_LAUNCH=1 (the binding skips the driver's kernel launches):
-                         the binding's own cost; the difference is the two launches (X decode +
-                         GEMM) of the driver
+                         the binding's own cost; the difference is the driver's launch (the
+                         default shape runs on the one-launch small GEMM kernel)
   graph replay           the 1000 calls captured once and replayed: host µs per launch
 
 Usage: python3 host_cost.py [M N K]   (default 128 256 256)
