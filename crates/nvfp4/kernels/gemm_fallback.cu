@@ -43,14 +43,9 @@ struct Raw {
 __device__ __forceinline__ Raw load_raw(const u8* vals, const u8* sfs, bool blocked, int rows, int k, int l, int row,
                                         int kt) {
   Raw r;
-  const int sf_cols = k / 16, kb0 = kt * (BK / 16) + BLOCKS * (threadIdx.x % 2);
+  const int kb0 = kt * (BK / 16) + BLOCKS * (threadIdx.x % 2);
 #pragma unroll
-  for (int b = 0; b < BLOCKS; ++b) {
-    const int kb = kb0 + b;
-    const bool in = row < rows && kb < sf_cols;
-    r.w[b] = in ? ptx::ld_nc_v2(vals + ((i64)l * rows + row) * (k / 2) + (i64)kb * 8) : make_uint2(0, 0);
-    r.s[b] = in ? ptx::ld_nc_u8(sfs + nvfp4::scale_offset(blocked, rows, sf_cols, row, kb, l)) : 0u;
-  }
+  for (int b = 0; b < BLOCKS; ++b) nvfp4::load_block(vals, sfs, blocked, rows, k, l, row, kb0 + b, r.w[b], r.s[b]);
   return r;
 }
 

@@ -37,20 +37,12 @@ struct Chunk {
   u32 as[2], bs[NT];
 };
 
-__device__ __forceinline__ void load_block(const u8* vals, const u8* sfs, bool blocked, int rows, int k, int l, int row,
-                                           int kb, uint2& w, u32& s) {
-  const int sf_cols = k / 16;
-  const bool in = row < rows && kb < sf_cols;
-  w = in ? ptx::ld_nc_v2(vals + ((i64)l * rows + row) * (k / 2) + (i64)kb * 8) : make_uint2(0, 0);
-  s = in ? ptx::ld_nc_u8(sfs + nvfp4::scale_offset(blocked, rows, sf_cols, row, kb, l)) : 0u;
-}
-
 __device__ __forceinline__ void load_chunk(const SmallParams& p, int l, int m0, int n0, int c, Chunk& x) {
   const int lane = threadIdx.x % 32, g = lane / 4, kb = 4 * c + lane % 4;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) load_block(p.a, p.sfa, p.layouts & 1, p.m, p.k, l, m0 + g + 8 * h, kb, x.aw[h], x.as[h]);
+  for (int h = 0; h < 2; ++h) nvfp4::load_block(p.a, p.sfa, p.layouts & 1, p.m, p.k, l, m0 + g + 8 * h, kb, x.aw[h], x.as[h]);
 #pragma unroll
-  for (int j = 0; j < NT; ++j) load_block(p.b, p.sfb, p.layouts & 2, p.n, p.k, l, n0 + 8 * j + g, kb, x.bw[j], x.bs[j]);
+  for (int j = 0; j < NT; ++j) nvfp4::load_block(p.b, p.sfb, p.layouts & 2, p.n, p.k, l, n0 + 8 * j + g, kb, x.bw[j], x.bs[j]);
 }
 
 // acc[j] += the chunk's A rows x B rows 8j.. as four m16n8k16 steps per n8 tile. Step 2J + i

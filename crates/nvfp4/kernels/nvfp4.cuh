@@ -115,6 +115,18 @@ NVFP4_DEVICE i64 scale_offset(bool blocked, i32 rows, i32 sf_cols, i32 i, i32 j,
          (j % 4);
 }
 
+// The 8 packed bytes and the scale byte of 16-element block kb of row `row` of an [L, rows, K]
+// operand (`vals` [L, rows, K/2], `sfs` plain or blocked), batch l; zeros for a row past `rows`
+// or a block past K (K % 16 == 0: a block lies wholly inside or past K). Zero bytes with a zero
+// scale decode to +0.
+NVFP4_DEVICE void load_block(const u8* vals, const u8* sfs, bool blocked, i32 rows, i32 k, i32 l, i32 row, i32 kb,
+                             uint2& w, u32& s) {
+  const i32 sf_cols = k / 16;
+  const bool in = row < rows && kb < sf_cols;
+  w = in ? ptx::ld_nc_v2(vals + ((i64)l * rows + row) * (k / 2) + (i64)kb * 8) : make_uint2(0, 0);
+  s = in ? ptx::ld_nc_u8(sfs + scale_offset(blocked, rows, sf_cols, row, kb, l)) : 0u;
+}
+
 }  // namespace nvfp4
 
 // ================================================================================================
