@@ -462,3 +462,18 @@ def test_second_device_and_mixed_devices(g):
     assert torch.cuda.current_device() == 0
     with pytest.raises(ValueError, match="cuda:1"):
         nvfp4.gemm(a, sfa, b1, sfb1)
+    # The skeleton (pre-pass, workspace) on the second device, beside a launch on the first.
+    a, sfa = operand(g, 1, 128, 2048)
+    b, sfb = operand(g, 1, 512, 2048)
+    got1 = nvfp4.gemm(*(t.to("cuda:1") for t in (a, sfa, b, sfb)))
+    got0 = nvfp4.gemm(a, sfa, b, sfb)
+    want = bits(ref_gemm(a, sfa, b, sfb).cpu())
+    assert torch.equal(bits(got1.cpu()), want) and torch.equal(bits(got0.cpu()), want)
+    # The quantizer on the second device, bit-identical to the CPU one.
+    x = torch.randn(64, 512, generator=g).to(torch.bfloat16)
+    gv, gsc, gg = nvfp4.quantize(x.to("cuda:1"))
+    cv, csc, cg = nvfp4.quantize(x)
+    assert gv.device == torch.device("cuda:1")
+    assert torch.equal(gv.cpu(), cv) and torch.equal(gsc.view(torch.uint8).cpu(), csc.view(torch.uint8))
+    assert torch.equal(gg.cpu(), cg)
+    assert torch.cuda.current_device() == 0
