@@ -128,6 +128,16 @@ constexpr u32 NEAR = 4;
 // 6 * 2^-126: z of the largest e2m1 magnitude; larger z saturate to it.
 constexpr u32 Z_SIX = 0x01C00000u;
 
+// NOTE: the encoder's two multipliers are read from constant memory, not written as literals.
+// With a literal power of two ptxas turns each multiply into a LEA on the integer pipe, which the
+// encoder then saturated: 5.5 integer-pipe instructions per bf16 element (f16: 5; its unpacking
+// runs on the FMA pipe), 52 µs for 8192x8192 bf16 = 77% of copy. Read from memory they must be
+// IMADs, which issue to the FMA pipe next to the two FMULs (3.5 integer-pipe instructions per
+// element left). The constant bank is an operand of IMAD itself, so no register holds them, and
+// external linkage keeps the compiler from folding the initializer. (The blockDim route measured
+// before cost 8 registers: 6 -> 5 CTAs per SM.)
+extern "C" __constant__ u32 quantize_shift_factors[2] = {1u << 6, 1u << 10};
+
 // The e2m1 codes of 8 elements of a block, packed (element 8h + j in nibble j), from y = |x| * r.
 // z = y * 2^-126 puts y's e2m1 grid on the f32 bit pattern: for y >= 1 the exponent and the top
 // mantissa bit of z are the code (2 + 2 * (e + 1) + m), and for y < 1 z is subnormal with the
@@ -142,8 +152,8 @@ NVFP4_DEVICE u32 e2m1_step(float x, float r, bool& near) {
   const float z = __fmul_rn(__fmul_rn(fabsf(x), r), 0x1p-126f);  // y < 1: one rounding of 2^-24
   const u32 zb = CLAMP ? min(__float_as_uint(z), Z_SIX) : __float_as_uint(z);
   // The low 22 bits of zb + 2^21 within NEAR of 0 (mod 2^22), tested in the top 22 bits.
-  near |= (zb << 10) + ((0x200000u + NEAR) << 10) <= (2 * NEAR) << 10;
-  return (zb * 64u + (0x200000u << 6)) | (__float_as_uint(x) & 0x80000000u);
+  near |= zb * quantize_shift_factors[1] + ((0x200000u + NEAR) << 10) <= (2 * NEAR) << 10;
+  return (zb * quantize_shift_factors[0] + (0x200000u << 6)) | (__float_as_uint(x) & 0x80000000u);
 }
 
 template <class In, bool CLAMP>

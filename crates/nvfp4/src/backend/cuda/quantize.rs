@@ -105,12 +105,19 @@ pub(crate) struct QuantizeKernels {
     pub quantize: CudaFunction,
 }
 
+/// The most CTAs per SM the quantize pass is given (see [`ctas_per_sm`]).
+const MAX_CTAS_PER_SM: u32 = 5;
+
 /// CTAs of the quantize pass resident per SM: `NVFP4_QUANT_CTAS_PER_SM` when set (experiments),
-/// else the driver's occupancy for the kernel (registers decide it), asked once per input type.
+/// else the driver's occupancy for the kernel (registers decide it), asked once per input type,
+/// at most [`MAX_CTAS_PER_SM`].
 ///
 /// NOTE: measured on the H200 (bf16 8192x8192, cold): a grid of one tile per CTA ran 56.8 µs;
 /// the pipelined kernel with 6 CTAs per SM (its occupancy) 52.3 µs, 4 per SM 53.5, 8 per SM
-/// (two uneven waves) 60.4, 16 per SM 52.5.
+/// (two uneven waves) 60.4, 16 per SM 52.5. With the encoder's shifts as IMADs (branch
+/// quant-bf16, NOTES.md) 5 per SM beat 6 (the occupancy at 40 registers): bf16 49.8-49.9
+/// against 50.8 µs, f16 49.5-49.9 against 50.4-50.7 (`nvfp4 bench`: bf16 50.3 against 51.8).
+/// The boundary-heavy bf16 row prefers 6 (61.6 against 63.5 µs).
 fn ctas_per_sm(f: &CudaFunction, dtype: DenseType) -> u32 {
     static FORCED: OnceLock<Option<u32>> = OnceLock::new();
     static FOUND: [AtomicU32; 3] = [AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0)];
@@ -123,7 +130,10 @@ fn ctas_per_sm(f: &CudaFunction, dtype: DenseType) -> u32 {
     let slot = &FOUND[dtype as usize];
     match slot.load(Ordering::Relaxed) {
         0 => {
-            let n = f.occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None).unwrap_or(4).max(1);
+            let n = f
+                .occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)
+                .unwrap_or(4)
+                .clamp(1, MAX_CTAS_PER_SM);
             slot.store(n, Ordering::Relaxed);
             n
         }
