@@ -79,6 +79,9 @@ impl Gpu {
         if ordinal >= count {
             return Err(Error::Invalid(format!("CUDA device {ordinal} does not exist ({count} GPU(s) present)")));
         }
+        // Opening binds the new context to this thread; the caller's current context (a
+        // framework's notion of the current device) is put back when this returns.
+        let _restore = RestoreCurrent(dres::ctx::get_current().map_err(cuda_err("cuCtxGetCurrent"))?);
         let ctx = CudaContext::new(ordinal).map_err(cuda_err("creating the CUDA context"))?;
         // SAFETY: the backend issues all its work (copies, memsets, launches) on the single
         // stream created below, so no cross-stream synchronization events are needed. Callers
@@ -107,14 +110,15 @@ impl Gpu {
     /// a workspace on our own stream) is allowed while the caller's stream is being captured
     /// into a CUDA graph; launches on the caller's stream are captured as usual.
     pub fn enter(&self) -> Result<ContextScope> {
-        let previous = dres::ctx::get_current().map_err(cuda_err("cuCtxGetCurrent"))?;
+        // Restored on every path out, an error after the bind included.
+        let previous = RestoreCurrent(dres::ctx::get_current().map_err(cuda_err("cuCtxGetCurrent"))?);
         self.stream.context().bind_to_thread().map_err(cuda_err("making the device's context current"))?;
         let mut mode = dsys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
         // SAFETY: exchanges the calling thread's capture mode through a valid pointer to a local.
         unsafe { dsys::cuThreadExchangeStreamCaptureMode(&mut mode) }
             .result()
             .map_err(cuda_err("cuThreadExchangeStreamCaptureMode"))?;
-        Ok(ContextScope { previous, mode })
+        Ok(ContextScope { _previous: previous, mode })
     }
 
     /// Enqueues a fill of `n` u32 words at device address `addr` with `value` on `stream`.
@@ -281,22 +285,32 @@ impl StreamHandle {
 
 /// The thread's previous CUDA context, restored on drop (see [`Gpu::enter`]).
 pub struct ContextScope {
-    previous: Option<dsys::CUcontext>,
+    _previous: RestoreCurrent,
     mode: dsys::CUstreamCaptureMode,
+}
+
+/// A thread's current CUDA context, made current again on drop when there was one (a thread
+/// that had none keeps ours: the library's own launches rely on it).
+pub(crate) struct RestoreCurrent(Option<dsys::CUcontext>);
+
+impl Drop for RestoreCurrent {
+    fn drop(&mut self) {
+        if let Some(ctx) = self.0 {
+            // SAFETY: `ctx` was the thread's current context when this was made; a context stays
+            // valid while the process holds its primary-context reference (torch and our
+            // `CudaContext` both do). A failure here leaves our context current, which is
+            // harmless, so the result is ignored.
+            let _ = unsafe { dres::ctx::set_current(ctx) };
+        }
+    }
 }
 
 impl Drop for ContextScope {
     fn drop(&mut self) {
         // SAFETY: puts back the thread's capture mode saved by `Gpu::enter`, through a valid
-        // pointer to our own field; failure cannot leave anything unsound.
+        // pointer to our own field; failure cannot leave anything unsound. The context is put
+        // back after this, when `_previous` drops.
         let _ = unsafe { dsys::cuThreadExchangeStreamCaptureMode(&mut self.mode) };
-        if let Some(ctx) = self.previous {
-            // SAFETY: `ctx` was the thread's current context when the scope was entered; a
-            // context stays valid while the process holds its primary-context reference (torch
-            // and our `CudaContext` both do). A failure here leaves our context current, which
-            // is harmless, so the result is ignored.
-            let _ = unsafe { dres::ctx::set_current(ctx) };
-        }
     }
 }
 
