@@ -154,6 +154,8 @@ if has_step sanitizer; then
         "$BIN/test-cuda_gemm" --ignored --test-threads=1 gemm_sm90_sanitizer_sweep
       run_step "racecheck (wgmma GEMM small case)" "$log" compute-sanitizer --tool racecheck --error-exitcode 1 \
         "$BIN/test-cuda_gemm" --ignored --test-threads=1 gemm_sm90_racecheck_case
+      run_step "memcheck (fallback GEMM forced)" "$log" compute-sanitizer --tool memcheck --error-exitcode 1 \
+        "$BIN/test-cuda_gemm" --ignored --test-threads=1 gemm_fallback_forced_bit_exact
     fi
     if [[ -x "$BIN/test-cuda_small" ]]; then
       run_step "memcheck (small GEMM edges)" "$log" compute-sanitizer --tool memcheck --error-exitcode 1 \

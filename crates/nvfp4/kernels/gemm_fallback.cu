@@ -1,6 +1,7 @@
-// gemm_fallback.cu: simple, correct NVFP4 GEMM, gated dual GEMM and grouped GEMM (SPEC §3.2-3.4),
-// and the one-launch kernel for small GEMMs (where the skeleton's two launches and fixed costs
-// dominate).
+// gemm_fallback.cu: simple, correct NVFP4 GEMM, gated dual GEMM and grouped GEMM (SPEC §3.2-3.4)
+// for what neither the skeleton nor the small GEMM (gemm_small.cu) takes (the skeleton's rules: K
+// a multiple of 32 and at least 64, B1 and B2 in one layout, 32-bit indexing), or when forced
+// (`NVFP4_GEMM_SM90=off`).
 // - One launch covers a list of problems (one for GEMM and dual GEMM, G for grouped GEMM): the
 //   host flattens every problem's output tiles into one grid and each problem records the first
 //   CTA of its tiles (`tile_start`); a CTA finds its problem by a linear scan.

@@ -11,8 +11,9 @@
 //   (bytes 8t..8t+7 of the chunk), and A and B use the same permutation, so the dot products are
 //   those of the unpermuted operands.
 // - Exactness: both operands decode to e2m1 * e4m3 * 2^-7 (exact in f16, nvfp4.cuh), products
-//   are exact in the f32 accumulators; the epilogue multiplies the 2^14 back with alpha in f64 and
-//   rounds once to f16 or bf16.
+//   are exact in the f32 accumulators; the epilogue multiplies by p.alpha in f64 (alpha, the
+//   global scales and the 2^14 of the biased decodes, folded on the host) and rounds once to f16
+//   or bf16.
 // - Any M, N >= 1, K % 16 == 0 (a block lies wholly inside or past K), either scale layout per
 //   operand, L batches (grid over l too).
 #include "ptx.cuh"
@@ -99,9 +100,10 @@ extern "C" __global__ void __launch_bounds__(small::THREADS) gemm_nvfp4_small(co
   Chunk cur, next;
   if (warp < chunks) load_chunk(p, l, m0, n0, warp, cur);
   for (int c = warp; c < chunks; c += WARPS) {
-    if (c + WARPS < chunks) load_chunk(p, l, m0, n0, c + WARPS, next);
+    const bool more = c + WARPS < chunks;
+    if (more) load_chunk(p, l, m0, n0, c + WARPS, next);
     mma_chunk(cur, acc);
-    cur = next;
+    if (more) cur = next;
   }
 
   if (warp > 0)
@@ -118,9 +120,8 @@ extern "C" __global__ void __launch_bounds__(small::THREADS) gemm_nvfp4_small(co
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[j][e] += red[w][4 * j + e][lane];
 
-  // Element e of acc[j]: row g + 8 (e / 2), column 8j + 2t + e % 2. Alpha and the 2^14 of the
-  // two biased decodes in f64 (a power of two: exact), one rounding.
-  const double f = p.alpha * 16384.0;
+  // Element e of acc[j]: row g + 8 (e / 2), column 8j + 2t + e % 2; one rounding.
+  const double f = p.alpha;
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int j = 0; j < NT; ++j)

@@ -61,19 +61,47 @@ fn gemm_sm90_spec_tests_bit_exact() {
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn gemm_sm90_check_cases_bit_exact() {
-    // The `nvfp4 check` cases: SPEC shapes and the extra edge shapes (the wgmma kernel takes
-    // those with K % 32 == 0, the general kernel the rest), layouts alternating, some alpha.
+    // The `nvfp4 check` cases: SPEC shapes and the extra edge shapes (forced onto the wgmma
+    // kernel, which takes those with K % 32 == 0; the general kernel the rest), layouts
+    // alternating, some alpha.
     let b = gpu();
     let mut on_sm90 = 0;
-    for spec in nvfp4::check::cases(ProblemKind::Gemm, 77) {
-        let p = nvfp4::check::case_problem(&spec).unwrap();
-        on_sm90 += usize::from(takes(&p));
-        let cfg = check(&b, &p.with_layout(spec.layout), Mode::BitExact, 1, &format!("{} {}", spec.label, spec.shape));
-        if spec.label.ends_with(":0") || spec.label.ends_with('7') {
-            println!("ok {} {}: {cfg}", spec.label, spec.shape);
+    with_forced("sm90", || {
+        for spec in nvfp4::check::cases(ProblemKind::Gemm, 77) {
+            let p = nvfp4::check::case_problem(&spec).unwrap();
+            let what = format!("{} {}", spec.label, spec.shape);
+            let cfg = check(&b, &p.with_layout(spec.layout), Mode::BitExact, 1, &what);
+            let want = if takes(&p) { "gemm_nvfp4_sm90_ws_" } else { "gemm_nvfp4_sm90_mma" };
+            assert!(cfg.starts_with(want), "{what}: {cfg}");
+            on_sm90 += usize::from(takes(&p));
+            if spec.label.ends_with(":0") || spec.label.ends_with('7') {
+                println!("ok {what}: {cfg}");
+            }
         }
-    }
+    });
     assert!(on_sm90 > 0);
+}
+
+/// The mma.sync fallback forced onto every GEMM (`NVFP4_GEMM_SM90=off`): K-tiles fewer than,
+/// equal to and not a multiple of the prefetch depth, K tails of 16 and 48, L > 1, ragged M and
+/// N, both layouts, alpha; bit-exact, two poisoned launches each (the one-problem launch passes
+/// its problem by value).
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gemm_fallback_forced_bit_exact() {
+    let b = gpu();
+    let shapes =
+        [(1, 1, 16, 1), (65, 70, 80, 2), (64, 64, 256, 1), (130, 7, 272, 1), (33, 129, 4112, 1), (5, 300, 1008, 3)];
+    with_forced("off", || {
+        for (i, &(m, n, k, l)) in shapes.iter().enumerate() {
+            let Problem::Gemm(g) = gemm_problem(m, n, k, l, 8100 + i as u64) else { unreachable!() };
+            let alpha = [None, Some(0.375)][i % 2];
+            let p = Problem::Gemm(Gemm::new(g.a, g.b, alpha).unwrap()).with_layout(LAYOUTS[i % 2]);
+            let cfg = check(&b, &p, Mode::BitExact, 2, &format!("fallback {m}x{n}x{k}x{l}"));
+            assert!(cfg.starts_with("gemm_nvfp4_sm90_mma"), "{cfg}");
+            println!("ok fallback {m}x{n}x{k}x{l}: {cfg}");
+        }
+    });
 }
 
 /// Every variant, with automatic and forced splits, stream-K and CTA pairs, on shapes with ragged tiles in W and X,

@@ -81,7 +81,7 @@ impl Gpu {
         }
         // Opening binds the new context to this thread; the caller's current context (a
         // framework's notion of the current device) is put back when this returns.
-        let _restore = RestoreCurrent(dres::ctx::get_current().map_err(cuda_err("cuCtxGetCurrent"))?);
+        let _restore = RestoreCurrent::save(false)?;
         let ctx = CudaContext::new(ordinal).map_err(cuda_err("creating the CUDA context"))?;
         // SAFETY: the backend issues all its work (copies, memsets, launches) on the single
         // stream created below, so no cross-stream synchronization events are needed. Callers
@@ -111,7 +111,7 @@ impl Gpu {
     /// into a CUDA graph; launches on the caller's stream are captured as usual.
     pub fn enter(&self) -> Result<ContextScope> {
         // Restored on every path out, an error after the bind included.
-        let previous = RestoreCurrent(dres::ctx::get_current().map_err(cuda_err("cuCtxGetCurrent"))?);
+        let previous = RestoreCurrent::save(true)?;
         self.stream.context().bind_to_thread().map_err(cuda_err("making the device's context current"))?;
         let mut mode = dsys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
         // SAFETY: exchanges the calling thread's capture mode through a valid pointer to a local.
@@ -289,19 +289,31 @@ pub struct ContextScope {
     mode: dsys::CUstreamCaptureMode,
 }
 
-/// A thread's current CUDA context, made current again on drop when there was one (a thread
-/// that had none keeps ours: the library's own launches rely on it).
-pub(crate) struct RestoreCurrent(Option<dsys::CUcontext>);
+/// A thread's current CUDA context, made current again on drop. `exact`: also when there was
+/// none (the thread is left with none: `Gpu::enter`'s scope, inside which every launch of the
+/// caller's happens); otherwise a thread that had none keeps ours (opening a device: the
+/// library's launches on a thread that has not entered rely on it).
+pub(crate) struct RestoreCurrent {
+    previous: Option<dsys::CUcontext>,
+    exact: bool,
+}
+
+impl RestoreCurrent {
+    fn save(exact: bool) -> Result<Self> {
+        Ok(Self { previous: dres::ctx::get_current().map_err(cuda_err("cuCtxGetCurrent"))?, exact })
+    }
+}
 
 impl Drop for RestoreCurrent {
     fn drop(&mut self) {
-        if let Some(ctx) = self.0 {
-            // SAFETY: `ctx` was the thread's current context when this was made; a context stays
-            // valid while the process holds its primary-context reference (torch and our
-            // `CudaContext` both do). A failure here leaves our context current, which is
-            // harmless, so the result is ignored.
-            let _ = unsafe { dres::ctx::set_current(ctx) };
+        if self.previous.is_none() && !self.exact {
+            return;
         }
+        // SAFETY: the previous context was the thread's current one when this was made; a
+        // context stays valid while the process holds its primary-context reference (torch and
+        // our `CudaContext` both do); null unbinds. A failure here leaves our context current,
+        // which is harmless, so the result is ignored.
+        let _ = unsafe { dres::ctx::set_current(self.previous.unwrap_or(std::ptr::null_mut())) };
     }
 }
 

@@ -8,6 +8,7 @@ use cudarc::driver::CudaFunction;
 use super::device::{Keep, Nvfp4View};
 use super::device_op::GemmViews;
 use super::kernels::pdl_ready;
+use super::kernels::sm90::DECODE_BIAS;
 use super::kernels::small::{SmallParams, CHUNK_K, THREADS, TILE_M, TILE_N, WARPS};
 use super::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
 use super::sm90::Forced;
@@ -93,8 +94,6 @@ impl SmallLaunch {
             return Err(Error::Shape(format!("small gemm: output {:?}, wants [{l}, {m}, {n}]", v.c.shape)));
         }
         let mnkl = (m, n, k, l);
-        to_i32(l * m * n, "L * M * N")?;
-        to_i32(l * m.max(n) * k / 2, "L * rows * K / 2")?;
         let grid = ctas(mnkl);
         to_i32(grid, "CTAs")?;
         let params = SmallParams {
@@ -103,7 +102,8 @@ impl SmallLaunch {
             b: v.b.values,
             sfb: v.b.scales,
             c: v.c.addr,
-            alpha: (v.alpha.unwrap_or(1.0) * a.global_scale * b.global_scale) as f64,
+            // The 2^-7 of each operand's biased decode comes back here (a power of two: exact).
+            alpha: (v.alpha.unwrap_or(1.0) * a.global_scale * b.global_scale) as f64 * DECODE_BIAS,
             m: to_i32(m, "M")?,
             n: to_i32(n, "N")?,
             k: to_i32(k, "K")?,
@@ -138,7 +138,9 @@ mod tests {
             assert!(chosen(mnkl, 132, None), "{mnkl:?}");
         }
         // Long K, many tiles, or both.
-        for mnkl in [(128, 256, 4096, 1), (4096, 4096, 256, 1), (128, 7168, 256, 1), (128, 2048, 2048, 1)] {
+        for mnkl in
+            [(128, 256, 4096, 1), (4096, 4096, 256, 1), (128, 7168, 256, 1), (128, 2048, 2048, 1), (128, 7168, 2048, 1)]
+        {
             assert!(!chosen(mnkl, 132, None), "{mnkl:?}");
         }
         assert_eq!(ctas((17, 33, 64, 2)), 2 * 2 * 2);

@@ -46,7 +46,7 @@ kernel_struct! {
         sfb: u64 => "const u8*",
         /// [L, M, N] f16 or bf16 (out_bf16)
         c: u64 => "u16*",
-        /// alpha * both global scales
+        /// alpha * both global scales * 2^14 (the two biased decodes' 2^-7 each)
         alpha: f64 => "double",
         m: i32 => "i32",
         n: i32 => "i32",

@@ -82,9 +82,10 @@ impl Forced {
     }
 
     /// The forced choice for `op`, if its variable is set and valid (read on every call: tests
-    /// change it).
+    /// change it); `small` only for the GEMM (there is no small dual or grouped kernel: ignored).
     pub fn from_env(op: Op) -> Option<Self> {
-        std::env::var(Self::var(op)).ok().and_then(|s| Self::parse(&s))
+        let f = std::env::var(Self::var(op)).ok().and_then(|s| Self::parse(&s))?;
+        (op == Op::Gemm || f != Forced::Small).then_some(f)
     }
 }
 
