@@ -21,7 +21,7 @@ use nvfp4::problem::{generate, test_shapes, Output, Problem, ProblemKind, Shape}
 use nvfp4::{Backend, CpuBackend, Error};
 
 mod common;
-use common::gpu;
+use common::{gpu, spread_scales};
 
 const LAYOUTS: [ScaleLayout; 2] = [ScaleLayout::Plain, ScaleLayout::Blocked];
 
@@ -100,16 +100,9 @@ fn dual_sm90_random_data_alpha_global_scales_and_nan() {
     for (i, &(m, n, k, l)) in [(128, 512, 512, 1), (200, 384, 512, 2), (96, 1000, 256, 1)].iter().enumerate() {
         let Problem::Gemm(g) = generate(&Shape::Gemm { m, n, k, l }, 50 + i as u64).unwrap() else { unreachable!() };
         let Problem::Gemm(g2) = generate(&Shape::Gemm { m, n, k, l }, 90 + i as u64).unwrap() else { unreachable!() };
+        // e4m3 0.5 .. 3.75.
         let spread = |t: &Nvfp4Tensor, salt: u32, nan_at: usize, global: f32| {
-            let mut scales: Vec<u8> = t.scales().to_vec();
-            for (j, s) in scales.iter_mut().enumerate() {
-                let h = (j as u32 ^ salt).wrapping_mul(2654435761) >> 20;
-                *s = 0x30 + (h % 0x18) as u8; // e4m3 0.5 .. 3.75
-            }
-            scales[nan_at] = 0x7F;
-            Nvfp4Tensor::new(t.l(), t.rows(), t.k(), t.values().to_vec(), scales, ScaleLayout::Plain)
-                .unwrap()
-                .with_global_scale(global)
+            spread_scales(t, salt, 0x30..0x48, nan_at).with_global_scale(global)
         };
         let a = spread(&g.a, 1, 3 * g.a.sf_cols() + 1, 0.5);
         let b1 = spread(&g.b, 2, 11 * g.b.sf_cols() + 2, 0.1);

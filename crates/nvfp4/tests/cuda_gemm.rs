@@ -13,14 +13,14 @@ use nvfp4::backend::cuda::sm90::{
     VARIANTS,
 };
 use nvfp4::check::Mode;
-use nvfp4::format::{Nvfp4Tensor, ScaleLayout};
+use nvfp4::format::ScaleLayout;
 use nvfp4::ops::Gemm;
 use nvfp4::problem::Problem;
 use nvfp4::problem::{generate, test_shapes, ProblemKind, Shape};
 use nvfp4::CpuBackend;
 
 mod common;
-use common::{check, check_against, gpu};
+use common::{check, check_against, gpu, spread_scales};
 
 const LAYOUTS: [ScaleLayout; 2] = [ScaleLayout::Plain, ScaleLayout::Blocked];
 
@@ -222,18 +222,9 @@ fn gemm_sm90_random_data_alpha_and_nan() {
     let b = gpu();
     for (i, &(m, n, k, l)) in [(128, 512, 1024, 1), (384, 200, 512, 2)].iter().enumerate() {
         let Problem::Gemm(g) = gemm_problem(m, n, k, l, 40 + i as u64) else { unreachable!() };
-        let spread = |t: &Nvfp4Tensor, salt: u32, nan_at: usize| {
-            let mut scales: Vec<u8> = t.scales().to_vec();
-            for (j, s) in scales.iter_mut().enumerate() {
-                // e4m3 codes 0x20..0x57 (0.125 .. 15) pseudo-randomly.
-                let h = (j as u32 ^ salt).wrapping_mul(2654435761) >> 20;
-                *s = 0x20 + (h % 0x38) as u8;
-            }
-            scales[nan_at] = 0x7F;
-            Nvfp4Tensor::new(t.l(), t.rows(), t.k(), t.values().to_vec(), scales, ScaleLayout::Plain).unwrap()
-        };
-        let a = spread(&g.a, 1, 5 * g.a.sf_cols() + 3);
-        let bt = spread(&g.b, 2, 17 * g.b.sf_cols());
+        // e4m3 codes 0x20..0x57 (0.125 .. 15).
+        let a = spread_scales(&g.a, 1, 0x20..0x58, 5 * g.a.sf_cols() + 3);
+        let bt = spread_scales(&g.b, 2, 0x20..0x58, 17 * g.b.sf_cols());
         let p = Problem::Gemm(Gemm::new(a, bt, Some(0.375)).unwrap());
         for layout in LAYOUTS {
             let cfg =

@@ -9,13 +9,13 @@
 use nvfp4::backend::cuda::sm90::{Forced, Op};
 use nvfp4::backend::cuda::small;
 use nvfp4::check::Mode;
-use nvfp4::format::{Nvfp4Tensor, ScaleLayout};
+use nvfp4::format::ScaleLayout;
 use nvfp4::ops::Gemm;
 use nvfp4::problem::{generate, Problem, Shape};
 use nvfp4::{Backend, CpuBackend, OutputDtype};
 
 mod common;
-use common::{check, gpu};
+use common::{check, gpu, spread_scales};
 
 fn forced<T>(f: impl FnOnce() -> T) -> T {
     common::with_forced(Forced::var(Op::Gemm), "small", f)
@@ -98,17 +98,9 @@ fn small_gemm_random_data_and_nan() {
     let b = gpu();
     for (i, &(m, n, k, l)) in [(128, 256, 512, 1), (40, 72, 1024, 2)].iter().enumerate() {
         let Problem::Gemm(g) = gemm(m, n, k, l, 60 + i as u64) else { unreachable!() };
-        let spread = |t: &Nvfp4Tensor, salt: u32, nan_at: usize| {
-            let mut scales: Vec<u8> = t.scales().to_vec();
-            for (j, s) in scales.iter_mut().enumerate() {
-                let h = (j as u32 ^ salt).wrapping_mul(2654435761) >> 20;
-                *s = 0x20 + (h % 0x38) as u8;
-            }
-            scales[nan_at] = 0x7F;
-            Nvfp4Tensor::new(t.l(), t.rows(), t.k(), t.values().to_vec(), scales, ScaleLayout::Plain).unwrap()
-        };
-        let a = spread(&g.a, 3, 5 * g.a.sf_cols() + 3);
-        let bt = spread(&g.b, 4, 17 * g.b.sf_cols());
+        // e4m3 codes 0x20..0x57 (0.125 .. 15).
+        let a = spread_scales(&g.a, 3, 0x20..0x58, 5 * g.a.sf_cols() + 3);
+        let bt = spread_scales(&g.b, 4, 0x20..0x58, 17 * g.b.sf_cols());
         let p = Problem::Gemm(Gemm::new(a, bt, Some(0.375)).unwrap());
         for layout in [ScaleLayout::Plain, ScaleLayout::Blocked] {
             let what = format!("random {m}x{n}x{k}x{l} {layout:?}");

@@ -4,6 +4,7 @@
 
 use nvfp4::backend::cuda::{CudaBackend, Prepared};
 use nvfp4::check::{compare_outputs, Mode};
+use nvfp4::format::{Nvfp4Tensor, ScaleLayout};
 use nvfp4::problem::{Output, Problem};
 use nvfp4::CpuBackend;
 
@@ -58,4 +59,17 @@ pub fn with_forced<T>(var: &'static str, value: &str, f: impl FnOnce() -> T) -> 
     let _unset = Unset(var);
     std::env::set_var(var, value);
     f()
+}
+
+/// `t` with its scales replaced by pseudo-random e4m3 codes from `codes` (plain layout, seeded
+/// by `salt`) and scale `nan_at` a NaN: signed random data whose f32 sums are no longer exact.
+pub fn spread_scales(t: &Nvfp4Tensor, salt: u32, codes: std::ops::Range<u8>, nan_at: usize) -> Nvfp4Tensor {
+    let mut scales: Vec<u8> = t.scales().to_vec();
+    let span = u32::from(codes.end - codes.start);
+    for (j, s) in scales.iter_mut().enumerate() {
+        let h = (j as u32 ^ salt).wrapping_mul(2654435761) >> 20;
+        *s = codes.start + (h % span) as u8;
+    }
+    scales[nan_at] = 0x7F;
+    Nvfp4Tensor::new(t.l(), t.rows(), t.k(), t.values().to_vec(), scales, ScaleLayout::Plain).unwrap()
 }
