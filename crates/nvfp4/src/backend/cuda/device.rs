@@ -80,6 +80,10 @@ impl std::fmt::Debug for Nvfp4View {
 }
 
 impl Nvfp4View {
+    /// 1 when its scales are in the blocked layout, 0 for plain: the flag of kernel parameters.
+    pub(crate) fn blocked_flag(&self) -> i32 {
+        i32::from(self.meta.layout == ScaleLayout::Blocked)
+    }
     /// A view of device memory the caller owns (e.g. a framework's tensors).
     ///
     /// # Safety
@@ -165,6 +169,17 @@ impl F16View {
     pub(crate) fn bf16_flag(&self) -> i32 {
         i32::from(self.dtype == OutputDtype::Bf16)
     }
+}
+
+/// The factor of the product of `a` and `b`: the optional alpha times both global scales, in
+/// f32 and in this order (the CPU reference's), widened to f64 for the epilogues.
+pub(crate) fn product_alpha(alpha: Option<f32>, a: &Nvfp4View, b: &Nvfp4View) -> f64 {
+    (alpha.unwrap_or(1.0) * a.meta.global_scale * b.meta.global_scale) as f64
+}
+
+/// `x` as a kernel's i32 index or size, or a typed error naming it.
+pub(crate) fn to_i32(x: usize, what: &str) -> Result<i32> {
+    i32::try_from(x).map_err(|_| Error::Invalid(format!("{what} = {x} exceeds the kernel's 32-bit indexing")))
 }
 
 /// Uploads a host NVFP4 tensor: the one path from host operand data to the device. Sizes are

@@ -7,11 +7,10 @@ use std::fmt;
 
 use cudarc::driver::{CudaFunction, CudaSlice};
 
-use super::device::{F16View, Keep, Nvfp4View};
+use super::device::{product_alpha, to_i32, F16View, Keep, Nvfp4View};
 use super::kernels::fallback::{MmaParams, MmaProblem};
 use super::kernels::pdl_ready;
 use super::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
-use crate::format::ScaleLayout;
 use crate::{Error, Result};
 
 pub use super::kernels::fallback::{DUAL_SYMBOL, GEMM_SYMBOL, PREFETCH, THREADS, TILE_K, TILE_M, TILE_N};
@@ -68,14 +67,6 @@ pub(crate) struct MmaLaunch {
     _keep: Vec<Keep>,
 }
 
-fn to_i32(x: usize, what: &str) -> Result<i32> {
-    i32::try_from(x).map_err(|_| Error::Invalid(format!("{what} = {x} exceeds the kernel's 32-bit indexing")))
-}
-
-fn blocked(t: &Nvfp4View) -> i32 {
-    i32::from(t.meta.layout == ScaleLayout::Blocked)
-}
-
 impl MmaLaunch {
     /// Binds `ops` (one problem for GEMM and dual GEMM, one per group for grouped GEMM) to
     /// `func` (`GEMM_SYMBOL`, or `DUAL_SYMBOL` when the problems have a B2).
@@ -96,7 +87,7 @@ impl MmaLaunch {
                 return Err(Error::Shape(format!("fallback: output {:?}, wants [{l}, {m}, {n}]", op.c.shape)));
             }
             let (tiles_m, tiles_n) = (m.div_ceil(TILE_M), n.div_ceil(TILE_N));
-            let alpha = |b: &Nvfp4View| (op.alpha.unwrap_or(1.0) * op.a.meta.global_scale * b.meta.global_scale) as f64;
+            let alpha = |b: &Nvfp4View| product_alpha(op.alpha, op.a, b);
             descs.push(MmaProblem {
                 a: op.a.values,
                 sfa: op.a.scales,
@@ -111,7 +102,7 @@ impl MmaLaunch {
                 n: to_i32(n, "N")?,
                 k: to_i32(k, "K")?,
                 l: to_i32(l, "L")?,
-                layouts: blocked(op.a) | blocked(op.b) << 1 | blocked(b2) << 2,
+                layouts: op.a.blocked_flag() | op.b.blocked_flag() << 1 | b2.blocked_flag() << 2,
                 tiles_m: to_i32(tiles_m, "M tiles")?,
                 tiles_n: to_i32(tiles_n, "N tiles")?,
                 tile_start: to_i32(tile_start, "tiles")?,

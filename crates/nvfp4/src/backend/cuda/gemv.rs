@@ -8,7 +8,7 @@ use std::fmt;
 
 use cudarc::driver::CudaFunction;
 
-use super::device::{F16View, Keep, Nvfp4View, Workspace, WorkspaceNeeds};
+use super::device::{product_alpha, F16View, Keep, Nvfp4View, Workspace, WorkspaceNeeds};
 use super::kernels::gemv::GemvParams;
 use super::kernels::pdl_ready;
 use super::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
@@ -263,7 +263,7 @@ impl GemvLaunch {
             c: c.addr,
             partial: if needs.bytes > 0 { ws.at(0, needs.bytes)? } else { 0 },
             counters: if needs.counters > 0 { ws.counters(needs.counters)? } else { 0 },
-            alpha: (alpha.unwrap_or(1.0) * a.meta.global_scale * b.meta.global_scale) as f64,
+            alpha: product_alpha(alpha, a, b),
             m: to_i32(m, "M")?,
             k: to_i32(k, "K")?,
             l: to_i32(l, "L")?,

@@ -5,14 +5,13 @@ use std::fmt;
 
 use cudarc::driver::CudaFunction;
 
-use super::device::{Keep, Nvfp4View};
+use super::device::{product_alpha, to_i32, Keep};
 use super::device_op::GemmViews;
 use super::kernels::pdl_ready;
 use super::kernels::sm90::DECODE_BIAS;
 use super::kernels::small::{SmallParams, CHUNK_K, THREADS, TILE_M, TILE_N, WARPS};
 use super::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
 use super::sm90::Forced;
-use crate::format::ScaleLayout;
 use crate::{Error, Result};
 
 pub use super::kernels::small::SMALL_SYMBOL;
@@ -74,14 +73,6 @@ pub(crate) struct SmallLaunch {
     _keep: Vec<Keep>,
 }
 
-fn to_i32(x: usize, what: &str) -> Result<i32> {
-    i32::try_from(x).map_err(|_| Error::Invalid(format!("{what} = {x} exceeds the small kernel's 32-bit indexing")))
-}
-
-fn blocked(t: &Nvfp4View) -> i32 {
-    i32::from(t.meta.layout == ScaleLayout::Blocked)
-}
-
 impl SmallLaunch {
     /// Binds a GEMM's views to `func` ([`SMALL_SYMBOL`]).
     pub fn bind(func: CudaFunction, v: &GemmViews<'_>) -> Result<Self> {
@@ -103,12 +94,12 @@ impl SmallLaunch {
             sfb: v.b.scales,
             c: v.c.addr,
             // The 2^-7 of each operand's biased decode comes back here (a power of two: exact).
-            alpha: (v.alpha.unwrap_or(1.0) * a.global_scale * b.global_scale) as f64 * DECODE_BIAS,
+            alpha: product_alpha(v.alpha, v.a, v.b) * DECODE_BIAS,
             m: to_i32(m, "M")?,
             n: to_i32(n, "N")?,
             k: to_i32(k, "K")?,
             l: to_i32(l, "L")?,
-            layouts: blocked(v.a) | blocked(v.b) << 1,
+            layouts: v.a.blocked_flag() | v.b.blocked_flag() << 1,
             out_bf16: v.c.bf16_flag(),
         };
         let keep = [v.a.keep(), v.b.keep(), v.c.keep()].into_iter().flatten().collect();

@@ -5,14 +5,13 @@ use cudarc::driver::sys::CUtensorMapSwizzle::{CU_TENSOR_MAP_SWIZZLE_128B as SW12
 use cudarc::driver::CudaFunction;
 
 use super::plan::{Schedule, Sm90Plan};
-use crate::backend::cuda::device::{F16View, Keep, Nvfp4View, Workspace};
+use crate::backend::cuda::device::{product_alpha, to_i32, F16View, Keep, Nvfp4View, Workspace};
 use crate::backend::cuda::kernels::pdl_ready;
 use crate::backend::cuda::kernels::sm90::{
     DecodeXParams, Op, SfMode, Sm90Params, Sm90Problem, Sm90Schedule, Variant, WPrefetch, XDecodeParams, BK,
     DECODE_BIAS, DECODE_X_SYMBOL, DECODE_X_THREADS, K_CLUSTER, K_SPLIT, K_STREAM, ROW_BYTES, THREADS,
 };
 use crate::backend::cuda::runtime::{tma_map, Gpu, LaunchOptions, LaunchShape, StreamHandle, TmaMap};
-use crate::format::ScaleLayout;
 use crate::{Error, Result};
 
 /// The two kernels of a skeleton launch.
@@ -53,10 +52,6 @@ pub(crate) fn pow2_f32(alpha: f64) -> Option<f32> {
     let bits = alpha.to_bits();
     let (mantissa, exp) = (bits & ((1 << 52) - 1), ((bits >> 52) & 0x7FF) as i64 - 1023);
     (alpha != 0.0 && mantissa == 0 && (-126..=127).contains(&exp)).then_some(alpha as f32)
-}
-
-pub(crate) fn to_i32(x: usize, what: &str) -> Result<i32> {
-    i32::try_from(x).map_err(|_| Error::Invalid(format!("{what} = {x} exceeds the kernel's 32-bit indexing")))
 }
 
 fn shape_error(what: String) -> Error {
@@ -120,7 +115,7 @@ pub(crate) fn bind(
         k: to_i32(k, "K")?,
         k64: to_i32(k64, "K")?,
         l: to_i32(l, "L")?,
-        blocked: i32::from(x.meta.layout == ScaleLayout::Blocked),
+        blocked: x.blocked_flag(),
         block0: 0,
     };
     // One pre-pass thread per 16-byte output chunk, 8 per 64-element group.
@@ -129,7 +124,7 @@ pub(crate) fn bind(
     // Alpha of each product, in the reference's order: alpha * global(A) * global(B_i).
     let mut alpha = [0f64; 2];
     for (i, b) in ops.b.iter().enumerate() {
-        alpha[i] = (ops.alpha.unwrap_or(1.0) * ops.a.meta.global_scale * b.meta.global_scale) as f64 * DECODE_BIAS;
+        alpha[i] = product_alpha(ops.alpha, ops.a, b) * DECODE_BIAS;
     }
     let out = OutputSide { addr: ops.c.addr, m, n, l, swapped: plan.swapped, flat: false, bf16: ops.c.bf16_flag() };
     let prob = problem_struct(v, plan.cluster, (&w, w_rows, k, l), (x16, x_rows, l), alpha, out)?;

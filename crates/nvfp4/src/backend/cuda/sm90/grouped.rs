@@ -10,8 +10,9 @@ use std::fmt;
 
 use cudarc::driver::{CudaFunction, CudaSlice};
 
-use super::bind::{problem_struct, to_i32, OutputSide};
+use super::bind::{problem_struct, OutputSide};
 use super::plan::{fixup_cycles, stage_cycles, Forced, UNIT_OVERHEAD_CYCLES};
+use crate::backend::cuda::device::{product_alpha, to_i32};
 use crate::backend::cuda::device::{Carve, F16View, GemmViews, I32View, Keep, Nvfp4View, Workspace, WorkspaceNeeds};
 use crate::backend::cuda::kernels::grouped::{
     GroupSegment, GroupedBuild, GroupedPrepParams, Sm90GroupedParams, BUILD_THREADS, MAX_SEGMENTS, PREPARE_SYMBOL,
@@ -21,7 +22,6 @@ use crate::backend::cuda::kernels::sm90::{
     Op, Sm90Problem, Variant, XDecodeParams, BK, DECODE_BIAS, THREADS, VARIANTS,
 };
 use crate::backend::cuda::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
-use crate::format::ScaleLayout;
 use crate::{Error, Result};
 
 /// The shape of a grouped launch.
@@ -307,7 +307,7 @@ pub(crate) struct GroupedLaunch {
 /// The alpha of a product, in the reference's order (alpha * global(A) * global(B)), with the
 /// decode bias.
 fn alpha_of(alpha: Option<f32>, a: &Nvfp4View, b: &Nvfp4View) -> [f64; 2] {
-    [(alpha.unwrap_or(1.0) * a.meta.global_scale * b.meta.global_scale) as f64 * DECODE_BIAS, 0.0]
+    [product_alpha(alpha, a, b) * DECODE_BIAS, 0.0]
 }
 
 /// The pre-pass's description of one X operand `[1, rows, K]` decoded to `out`, from block `block0`.
@@ -323,7 +323,7 @@ fn decode_of(x: &Nvfp4View, rows: usize, out: u64, block0: usize) -> Result<(XDe
         k: to_i32(k, "K")?,
         k64: to_i32(k64, "K")?,
         l: 1,
-        blocked: i32::from(x.meta.layout == ScaleLayout::Blocked),
+        blocked: x.blocked_flag(),
         block0: to_i32(block0, "pre-pass blocks")?,
     };
     Ok((d, blocks))
