@@ -9,7 +9,7 @@
 
 use nvfp4::check::{case_problem, cases, compare, compare_outputs, Mode};
 use nvfp4::problem::{generate, ProblemKind, Shape};
-use nvfp4::{Backend, CpuBackend, Error, MoeGemm, Problem, ScaleLayout};
+use nvfp4::{Backend, CpuBackend, Error, F16Tensor, MoeGemm, Problem, ScaleLayout};
 
 mod common;
 use common::{check_against, gpu};
@@ -60,5 +60,32 @@ fn rows_past_the_last_offset_and_empty_routings() {
             assert!(report.passed(), "offsets {offsets:?} {layout:?}: {report}");
             assert!(want.data()[100 * 130..].iter().all(|v| v.to_bits() == 0));
         }
+    }
+}
+
+/// A prefill-sized launch of a real model's expert projection (Qwen3-30B-A3B's gate/up: 128
+/// experts of N = 1536, K = 2048, 16384 routed rows, a few experts empty), once refused by a
+/// false 32-bit limit: one launch, and the rows of a few experts (the first, the last, one after
+/// an empty one) bit-identical to the CPU reference of that expert's GEMM.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn moe_prefill_of_a_real_model_is_bit_exact() {
+    let b = gpu();
+    let counts: Vec<usize> = (0..128).map(|e| if e % 31 == 5 { 0 } else { 64 + (e * 37) % 129 }).collect();
+    let t: usize = counts.iter().sum();
+    let Problem::Moe(p) = generate(&Shape::Moe { n: 1536, k: 2048, counts: counts.clone() }, 12).unwrap() else {
+        unreachable!()
+    };
+    let got = b.moe_gemm(&p).unwrap();
+    assert_eq!(got.shape(), [1, t, 1536]);
+    let rows = p.expert_rows().unwrap();
+    for e in [0, 6, 127] {
+        assert!(counts[e] > 0 && (e != 6 || counts[5] == 0));
+        let want = CpuBackend.gemm(&p.expert_gemm(e).unwrap()).unwrap();
+        let n = 1536;
+        let part =
+            F16Tensor::new(1, rows[e].len(), n, got.data()[rows[e].start * n..rows[e].end * n].to_vec()).unwrap();
+        let report = compare(&part, &want, Mode::BitExact);
+        assert!(report.passed(), "expert {e}: {report}");
     }
 }

@@ -8,19 +8,19 @@
 
 use std::fmt;
 
-use cudarc::driver::{CudaFunction, CudaSlice};
+use cudarc::driver::CudaFunction;
 
 use super::bind::{problem_struct, OutputSide};
 use super::plan::{fixup_cycles, stage_cycles, Forced, UNIT_OVERHEAD_CYCLES};
 use crate::backend::cuda::device::{product_alpha, to_i32};
-use crate::backend::cuda::device::{Carve, F16View, GemmViews, I32View, Keep, Nvfp4View, Workspace, WorkspaceNeeds};
+use crate::backend::cuda::device::{
+    Carve, F16View, GemmViews, I32View, Keep, Nvfp4View, Owned, Workspace, WorkspaceNeeds,
+};
 use crate::backend::cuda::kernels::grouped::{
     GroupSegment, GroupedBuild, GroupedPrepParams, Sm90GroupedParams, BUILD_THREADS, MAX_SEGMENTS, PREPARE_SYMBOL,
 };
 use crate::backend::cuda::kernels::pdl_ready;
-use crate::backend::cuda::kernels::sm90::{
-    Op, Sm90Problem, Variant, XDecodeParams, BK, DECODE_BIAS, THREADS, VARIANTS,
-};
+use crate::backend::cuda::kernels::sm90::{Op, Variant, XDecodeParams, BK, DECODE_BIAS, THREADS, VARIANTS};
 use crate::backend::cuda::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
 use crate::{Error, Result};
 
@@ -78,8 +78,11 @@ pub fn grouped_rejects(shape: &GroupedShape, forced: Option<Forced>) -> Option<S
             if *e > MAX_SEGMENTS {
                 return Some(format!("{e} experts: one launch takes at most {MAX_SEGMENTS}"));
             }
-            // The weights are one [E, N, K] tensor: its rows and the tokens' must index in 32 bits.
-            moe = [(*t, n.saturating_mul(*e), *k)];
+            // The kernels index the tokens [T, K], their decoded copy and the output [T, N] with
+            // 32-bit offsets, and one expert's weights [N, K] too; the experts are the weights'
+            // batch index (a TMA coordinate of its own, 64-bit scale offsets), never multiplied
+            // into a 32-bit offset. So the launch is bounded as one T x N x K GEMM is.
+            moe = [(*t, *n, *k)];
             &moe
         }
     };
@@ -298,10 +301,9 @@ pub(crate) struct GroupedLaunch {
     prep: GroupedPrepParams,
     params: Sm90GroupedParams,
     shapes: (LaunchShape, LaunchShape),
-    // The descriptors the kernels read: every group's problem, the builder's groups, the X
-    // operands to decode.
-    _descs: (CudaSlice<Sm90Problem>, Option<CudaSlice<GroupSegment>>, CudaSlice<XDecodeParams>),
-    _keep: Vec<Keep>,
+    /// What its launches read: operands, outputs, the workspace and the descriptor tables (every
+    /// group's problem, the builder's groups, the X operands to decode).
+    pub(crate) keep: Vec<Keep>,
 }
 
 /// The alpha of a product, in the reference's order (alpha * global(A) * global(B)), with the
@@ -409,14 +411,12 @@ pub(crate) fn bind_grouped(
     let segments = if segments.is_empty() { None } else { Some(gpu.upload(&segments, "the grouped launch's groups")?) };
     let decodes = gpu.upload(&decodes, "the grouped launch's X operands")?;
     build.segs = segments.as_ref().map_or(0, |s| gpu.addr(s));
-    let prep = GroupedPrepParams {
-        decode: gpu.addr(&decodes),
-        decodes: to_i32(scratch.x16.len(), "X operands")?,
-        pad: 0,
-        build,
-    };
+    let (problems_at, decodes_at) = (gpu.addr(&problems), gpu.addr(&decodes));
+    keep.push(Owned::new(gpu, (problems, segments, decodes)));
+    let prep =
+        GroupedPrepParams { decode: decodes_at, decodes: to_i32(scratch.x16.len(), "X operands")?, pad: 0, build };
     let params = Sm90GroupedParams {
-        problems: gpu.addr(&problems),
+        problems: problems_at,
         units: build.units,
         slot_first: build.slot_first,
         workspace: ws.at(scratch.partials.0, scratch.partials.1)?,
@@ -429,16 +429,7 @@ pub(crate) fn bind_grouped(
         LaunchShape::linear(plan.grid as u32, THREADS, plan.smem_bytes() as u32)
             .with(LaunchOptions { dependent: true, cluster_x: 1 }),
     );
-    Ok(GroupedLaunch {
-        plan: plan.clone(),
-        prepare,
-        main,
-        prep,
-        params,
-        shapes,
-        _descs: (problems, segments, decodes),
-        _keep: keep,
-    })
+    Ok(GroupedLaunch { plan: plan.clone(), prepare, main, prep, params, shapes, keep })
 }
 
 impl GroupedLaunch {
@@ -522,5 +513,29 @@ mod tests {
         assert!(grouped_rejects(&GroupedShape::Moe { t: 8, n: 8, k: 256, e: MAX_SEGMENTS + 1 }, None).is_some());
         assert!(grouped_rejects(&GroupedShape::Moe { t: 8, n: 1 << 20, k: 1 << 14, e: 512 }, None).is_some());
         assert!(grouped_rejects(&GroupedShape::Moe { t: 8, n: 8, k: 256, e: MAX_SEGMENTS }, None).is_none());
+    }
+
+    /// Expert projections of real MoE models at prefill sizes fit the kernels' indexing: the
+    /// experts multiply no 32-bit offset, only the tokens, their outputs and one expert do.
+    #[test]
+    fn moe_prefill_sizes_of_real_models_are_taken() {
+        let taken = [
+            (16384, 1536, 2048, 128), // Qwen3-30B-A3B gate/up at 2048 tokens, top-8
+            (16384, 2048, 768, 128),  // its down projection
+            (65536, 7168, 2048, 256), // DeepSeek-V3's down projection, 256 experts
+            (65536, 4096, 7168, 256), // its gate/up projection
+            (65536, 4096, 7168, MAX_SEGMENTS),
+        ];
+        for (t, n, k, e) in taken {
+            let s = GroupedShape::Moe { t, n, k, e };
+            assert_eq!(grouped_rejects(&s, None), None, "{s:?}");
+            let p = grouped_plan(&s, 132, None);
+            assert!(i32::try_from(p.max_units).is_ok() && i32::try_from(p.scratch().needs.bytes).is_ok(), "{p}");
+        }
+        // What does not fit: an output [T, N] or tokens [T, K] past 2^31 elements, one expert of
+        // more than 2^31 bytes.
+        for (t, n, k) in [(1 << 20, 4096, 256), (1 << 18, 256, 1 << 14), (8, 1 << 19, 1 << 13)] {
+            assert!(grouped_rejects(&GroupedShape::Moe { t, n, k, e: 2 }, None).is_some(), "{t} {n} {k}");
+        }
     }
 }
