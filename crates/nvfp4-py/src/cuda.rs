@@ -3,7 +3,10 @@
 //! workspace that had to grow is retired, not freed: a captured CUDA graph may still hold its
 //! address, so every workspace lives as long as the process. Each stream also keeps the last
 //! operations it bound, by everything their parameters hold (addresses, shapes, layouts,
-//! alpha): a call with the same tensors launches again without planning and binding.
+//! alpha): a call with the same tensors launches again without planning and binding. When that
+//! cache is cleared, an operation dropped frees its own memory (descriptor tables) only after
+//! its launches on the stream have run (`BoundOp`); one that a CUDA graph captured is retired
+//! instead, like a workspace, since the graph may replay it at any time.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -23,6 +26,8 @@ struct Pool {
     current: Option<Workspace>,
     retired: Vec<Workspace>,
     bound: HashMap<Vec<u64>, BoundOp>,
+    /// Operations evicted from `bound` that a CUDA graph captured.
+    captured: Vec<BoundOp>,
 }
 
 /// Bound operations kept per stream (cleared when full).
@@ -100,7 +105,8 @@ pub fn launch_cached(
         op.launch_on(handle).py()?;
     }
     if pool.bound.len() >= BOUND_CACHE {
-        pool.bound.clear();
+        let captured: Vec<BoundOp> = pool.bound.drain().map(|(_, op)| op).filter(BoundOp::captured).collect();
+        pool.captured.extend(captured);
     }
     pool.bound.insert(key, op);
     Ok(())

@@ -7,7 +7,7 @@ use nvfp4::{Backend, CpuBackend, DualGemm, Gemm, Gemv, OutputDtype, ScaleLayout}
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use crate::cuda::{launch_cached, with_device};
+use crate::cuda::launch_cached;
 use crate::error::{value, IntoPy, PyResult};
 use crate::operand::{check_out, out_dtype, out_view, parse_layout, Operand};
 use crate::tensor::{Device, Importer, Tensor};
@@ -63,6 +63,9 @@ fn check_pair(what: &str, a: &Operand, b: &Operand) -> PyResult<()> {
     }
     Ok(())
 }
+
+/// The bound-op cache's name of the grouped GEMM's list form (the MoE form is 4, in `moe`).
+const OP_GROUPED: u64 = 5;
 
 /// What a bound operation's parameters depend on: operation, operand addresses, shapes and
 /// layouts, outputs (address, shape, dtype), alphas.
@@ -302,16 +305,12 @@ pub fn grouped_gemm(
             for (a, b, out, shape) in &ops {
                 views.push((a.view()?, b.view()?, out_view(out, *shape)?));
             }
-            let views = &views;
-            let alphas = &alphas;
-            let stream = call.stream();
-            py.detach(move || {
-                with_device(d, stream, |backend, ws, handle| {
-                    let gv: Vec<GemmViews<'_>> =
-                        views.iter().zip(alphas).map(|((a, b, c), al)| GemmViews { a, b, alpha: *al, c }).collect();
-                    backend.bind_with(DeviceOp::GroupedGemm(&gv), ws)?.launch_on(handle)
-                })
-            })
+            let gv: Vec<GemmViews<'_>> =
+                views.iter().zip(&alphas).map(|((a, b, c), al)| GemmViews { a, b, alpha: *al, c }).collect();
+            let operands: Vec<&Operand> = ops.iter().flat_map(|(a, b, _, _)| [a, b]).collect();
+            let outs: Vec<&Tensor> = ops.iter().map(|(_, _, out, _)| out).collect();
+            let k = key(OP_GROUPED, &operands, &outs, &alphas);
+            launch(py, &call, d, k, || DeviceOp::GroupedGemm(&gv))
         }
     }
 }

@@ -9,7 +9,7 @@ use cudarc::driver::{CudaFunction, CudaModule};
 
 use super::compile;
 use super::device::{self, DeviceF16, DeviceNvfp4, I32View, Nvfp4View, Workspace, WorkspaceNeeds};
-use super::device_op::{BoundOp, DeviceOp, GemmViews, Work};
+use super::device_op::{self, BoundOp, DeviceOp, GemmViews, Work};
 use super::fallback::{self, MmaLaunch, MmaOperands};
 use super::gemv::{self, GemvConfig, GemvLaunch};
 use super::kernels::{self, sm90::Op, sm90::DECODE_X, sm90::DECODE_X_SYMBOL, KernelModule};
@@ -76,7 +76,9 @@ impl CudaBackend {
             quantize: self.function(&kernels::quantize::QUANTIZE, quant)?,
         };
         let w = grown(&self.gpu, ws, quantize::needs(global))?;
-        quantize::launch(&self.gpu, &k, x, out, global, global_out, &w, stream)
+        quantize::launch(&self.gpu, &k, x, out, global, global_out, &w, stream)?;
+        // The workspace outlives these kernels even if a later call replaces it.
+        device_op::note_reads(&self.gpu, stream, &[w.keep()]).map(drop)
     }
 
     /// The device (for the backend's sibling modules).
@@ -251,7 +253,7 @@ impl CudaBackend {
                 }
             }
         };
-        Ok(BoundOp { gpu: self.gpu.clone(), work })
+        Ok(BoundOp { gpu: self.gpu.clone(), work, captured: Default::default() })
     }
 
     /// Binds `ops` to the skeleton's kernels of `op`, or `None` when the skeleton does not take

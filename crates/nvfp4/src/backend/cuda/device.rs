@@ -5,17 +5,68 @@
 //! bound and launched any number of times with no copy. [`upload`] is the only place host operand
 //! data goes to the device.
 
-use std::any::Any;
-use std::sync::Arc;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::CudaSlice;
 
-use super::runtime::Gpu;
+use super::runtime::{Gpu, StreamFences, StreamHandle};
 use crate::format::{Nvfp4Tensor, OutTensor, OutputDtype, ScaleLayout};
 use crate::{Error, Result};
 
+/// Device memory the backend owns (an operand's buffers, an output, a workspace, a launch's
+/// descriptor table), shared by the views and bound launches that hold addresses into it. It is
+/// freed, asynchronously on the backend's stream, when the last holder lets go, and never before
+/// the launches on other streams that read it: each such launch notes its stream here
+/// ([`Read::read_on`]), and the drop makes the backend's stream wait for those streams first
+/// ([`StreamFences`]).
+pub(crate) struct Owned<B> {
+    buffers: B,
+    read_on: Mutex<Vec<u64>>,
+    fences: Arc<StreamFences>,
+}
+
+impl<B: Send + Sync + 'static> Owned<B> {
+    /// `buffers`, allocated by `gpu` (on its stream), as shared owned memory.
+    pub(crate) fn new(gpu: &Gpu, buffers: B) -> Arc<Self> {
+        Arc::new(Self { buffers, read_on: Mutex::new(Vec::new()), fences: gpu.fences().clone() })
+    }
+}
+
+impl<B> Deref for Owned<B> {
+    type Target = B;
+    fn deref(&self) -> &B {
+        &self.buffers
+    }
+}
+
+impl<B> Drop for Owned<B> {
+    fn drop(&mut self) {
+        let streams = self.read_on.get_mut().unwrap_or_else(|e| e.into_inner());
+        if !streams.is_empty() {
+            self.fences.order_frees_after(streams);
+        }
+        // The buffers drop after this, each freed on the backend's stream behind the waits.
+    }
+}
+
+/// Owned memory as a launch sees it: something to note the launch's stream in.
+pub(crate) trait Read: Send + Sync {
+    /// A launch on `stream` (not the backend's own, not capturing) read this memory.
+    fn read_on(&self, stream: StreamHandle);
+}
+
+impl<B: Send + Sync> Read for Owned<B> {
+    fn read_on(&self, stream: StreamHandle) {
+        let mut streams = self.read_on.lock().unwrap_or_else(|e| e.into_inner());
+        if !streams.contains(&stream.as_raw()) {
+            streams.push(stream.as_raw());
+        }
+    }
+}
+
 /// Something a bound launch keeps alive because its parameters hold addresses into it.
-pub type Keep = Arc<dyn Any + Send + Sync>;
+pub(crate) type Keep = Arc<dyn Read>;
 
 /// Shape, scale layout and global scale of an NVFP4 tensor `[L, rows, K]`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -45,8 +96,8 @@ impl Nvfp4Meta {
 
 /// An NVFP4 tensor in device memory: values `[L, rows, K/2]` u8 and scales (plain or blocked).
 pub struct DeviceNvfp4 {
-    values: Arc<CudaSlice<u8>>,
-    scales: Arc<CudaSlice<u8>>,
+    /// Values and scales.
+    buffers: Arc<Owned<(CudaSlice<u8>, CudaSlice<u8>)>>,
     addrs: (u64, u64),
     meta: Nvfp4Meta,
 }
@@ -58,8 +109,7 @@ impl DeviceNvfp4 {
     }
     /// A view for binding, holding the buffers alive.
     pub fn view(&self) -> Nvfp4View {
-        let keep: [Keep; 2] = [self.values.clone(), self.scales.clone()];
-        Nvfp4View { values: self.addrs.0, scales: self.addrs.1, meta: self.meta, keep: Some(Arc::new(keep)) }
+        Nvfp4View { values: self.addrs.0, scales: self.addrs.1, meta: self.meta, keep: Some(self.buffers.clone()) }
     }
 }
 
@@ -106,7 +156,7 @@ impl Nvfp4View {
 /// A 16-bit float tensor `[L, rows, cols]` (f16, or bf16 by its dtype) in device memory: an
 /// operation's output.
 pub struct DeviceF16 {
-    buf: Arc<CudaSlice<u16>>,
+    buf: Arc<Owned<CudaSlice<u16>>>,
     addr: u64,
     shape: [usize; 3],
     dtype: OutputDtype,
@@ -190,7 +240,7 @@ pub(crate) fn upload(gpu: &Gpu, t: &Nvfp4Tensor) -> Result<DeviceNvfp4> {
     let values = gpu.upload(t.values(), "packed values")?;
     let scales = gpu.upload(t.scales(), "scales")?;
     let addrs = (gpu.addr(&values), gpu.addr(&scales));
-    Ok(DeviceNvfp4 { values: Arc::new(values), scales: Arc::new(scales), addrs, meta })
+    Ok(DeviceNvfp4 { buffers: Owned::new(gpu, (values, scales)), addrs, meta })
 }
 
 /// A zeroed output `[L, rows, cols]` of `dtype`, size-checked.
@@ -203,7 +253,7 @@ pub(crate) fn alloc_out(gpu: &Gpu, shape: [usize; 3], dtype: OutputDtype) -> Res
     })?;
     let buf = gpu.zeros::<u16>(n, &format!("a {dtype} output {shape:?}"))?;
     let addr = gpu.addr(&buf);
-    Ok(DeviceF16 { buf: Arc::new(buf), addr, shape, dtype })
+    Ok(DeviceF16 { buf: Owned::new(gpu, buf), addr, shape, dtype })
 }
 
 /// Enqueues a fill of an output with a 16-bit pattern (its type's NaN to poison it).
@@ -254,7 +304,7 @@ impl I32View {
 pub(crate) fn upload_i32(gpu: &Gpu, values: &[i32]) -> Result<I32View> {
     let buf = gpu.upload(values, "i32 values")?;
     let addr = gpu.addr(&buf);
-    Ok(I32View { addr, len: values.len(), keep: Some(Arc::new(buf)) })
+    Ok(I32View { addr, len: values.len(), keep: Some(Owned::new(gpu, buf)) })
 }
 
 /// Waits for the stream and copies an output back.
@@ -282,21 +332,20 @@ pub struct WorkspaceNeeds {
 /// handle to the same memory.
 #[derive(Clone)]
 pub struct Workspace {
-    scratch: Arc<CudaSlice<u8>>,
-    counters: Arc<CudaSlice<u32>>,
+    /// Scratch and counters.
+    buffers: Arc<Owned<(CudaSlice<u8>, CudaSlice<u32>)>>,
     addrs: (u64, u64),
     size: WorkspaceNeeds,
 }
 
 impl Workspace {
     /// Zeroed scratch and counters of at least these sizes, ready when this returns (so that
-    /// launches on any stream of the context may use them).
+    /// launches on any stream of the context may use them: [`Gpu::zeros`]).
     pub(crate) fn new(gpu: &Gpu, size: WorkspaceNeeds) -> Result<Self> {
         let scratch = gpu.zeros::<u8>(size.bytes, "the launch workspace")?;
         let counters = gpu.zeros::<u32>(size.counters, "the launch's arrival counters")?;
-        gpu.sync()?;
         let addrs = (gpu.addr(&scratch), gpu.addr(&counters));
-        Ok(Self { scratch: Arc::new(scratch), counters: Arc::new(counters), addrs, size })
+        Ok(Self { buffers: Owned::new(gpu, (scratch, counters)), addrs, size })
     }
     /// Its sizes.
     pub fn size(&self) -> WorkspaceNeeds {
@@ -322,7 +371,7 @@ impl Workspace {
     }
     /// What keeps it alive.
     pub(crate) fn keep(&self) -> Keep {
-        Arc::new((self.scratch.clone(), self.counters.clone()))
+        self.buffers.clone()
     }
 }
 

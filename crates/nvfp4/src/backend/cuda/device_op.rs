@@ -1,14 +1,15 @@
 //! Operations on device-resident operands ([`DeviceOp`]) and an operation bound to them
 //! ([`BoundOp`]): what [`CudaBackend::bind`](super::CudaBackend::bind) takes and returns.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 pub use super::device::GemmViews;
-use super::device::{F16View, I32View, Nvfp4View};
+use super::device::{F16View, I32View, Keep, Nvfp4View};
 use super::fallback::MmaLaunch;
 use super::gemv::{GemvConfig, GemvLaunch};
 use super::kernels::{grouped::PREPARE_SYMBOL, pdl_ready, sm90::DECODE_X_SYMBOL};
-use super::runtime::{Gpu, StreamHandle};
+use super::runtime::{Capture, Gpu, StreamHandle};
 use super::sm90::{GroupedLaunch, Sm90Launch};
 use super::small::{SmallLaunch, SMALL_SYMBOL};
 use crate::Result;
@@ -61,11 +62,33 @@ pub(super) enum Work {
     Grouped(Box<GroupedLaunch>),
 }
 
-/// An operation bound to device operands, output and workspace: launchable any number of times
-/// with no allocation and no copy.
+impl Work {
+    /// The memory its launches read that the backend owns (operands, outputs, workspace,
+    /// descriptor tables).
+    fn keeps(&self) -> &[Keep] {
+        match self {
+            Work::Gemv(w) => &w.keep,
+            Work::Mma(w) => &w.keep,
+            Work::Small(w) => &w.keep,
+            Work::Sm90(w) => &w.keep,
+            Work::Grouped(w) => &w.keep,
+        }
+    }
+}
+
+/// An operation bound to device operands, output and workspace: launchable any number of times,
+/// on any stream of the backend's context, with no allocation and no copy.
+///
+/// What it reads of the backend's own memory (uploaded operands, outputs, workspaces, its
+/// descriptor tables) stays allocated while it lives, and when it is dropped that memory is
+/// freed only after every launch made so far, on any stream, has completed. A launch captured
+/// into a CUDA graph is the exception, since no one here knows how long the graph lives: keep
+/// the operation until the graph is no longer launched ([`BoundOp::captured`] tells whether a
+/// launch was captured).
 pub struct BoundOp {
     pub(super) gpu: Arc<Gpu>,
     pub(super) work: Work,
+    pub(super) captured: AtomicBool,
 }
 
 impl BoundOp {
@@ -76,6 +99,11 @@ impl BoundOp {
     /// Enqueues the kernel(s) on `stream` (of the backend's context).
     pub fn launch_on(&self, stream: StreamHandle) -> Result<()> {
         self.enqueue(stream, false)
+    }
+    /// Enqueues the kernel(s) on a stream of the backend's context (one of another context is a
+    /// CUDA error).
+    pub fn launch_on_stream(&self, stream: &cudarc::driver::CudaStream) -> Result<()> {
+        self.enqueue(StreamHandle::borrowed(stream), false)
     }
     /// Enqueues the kernel(s) on `stream`, the first as a programmatic dependent of the kernel
     /// before it there when that kernel is ready for it ([`BoundOp::chains`]): it may start
@@ -88,6 +116,11 @@ impl BoundOp {
     pub fn chains(&self) -> bool {
         pdl_ready(self.first_symbol())
     }
+    /// True when a launch of it on a stream other than the backend's own was captured into a
+    /// CUDA graph, which may read its memory for as long as the graph lives.
+    pub fn captured(&self) -> bool {
+        self.captured.load(Ordering::Relaxed)
+    }
     fn enqueue(&self, stream: StreamHandle, chain: bool) -> Result<()> {
         match &self.work {
             Work::Gemv(w) => w.launch(&self.gpu, stream, chain),
@@ -95,7 +128,11 @@ impl BoundOp {
             Work::Small(w) => w.launch(&self.gpu, stream, chain),
             Work::Sm90(w) => w.launch(&self.gpu, stream, chain),
             Work::Grouped(w) => w.launch(&self.gpu, stream, chain),
+        }?;
+        if note_reads(&self.gpu, stream, self.work.keeps())? == Capture::Active {
+            self.captured.store(true, Ordering::Relaxed);
         }
+        Ok(())
     }
     /// The symbol of the first kernel a launch enqueues.
     fn first_symbol(&self) -> &'static str {
@@ -124,4 +161,22 @@ impl BoundOp {
             Work::Mma(_) | Work::Small(_) | Work::Sm90(_) | Work::Grouped(_) => None,
         }
     }
+}
+
+/// Notes that the kernels just enqueued on `stream` read `keeps`, so that their memory is freed
+/// after those kernels ([`Owned`](super::device::Owned)); returns whether `stream` is capturing.
+/// Nothing to note on the backend's own stream, whose order every free follows.
+pub(super) fn note_reads(gpu: &Gpu, stream: StreamHandle, keeps: &[Keep]) -> Result<Capture> {
+    let fences = gpu.fences();
+    if keeps.is_empty() || fences.is_own(stream) {
+        return Ok(Capture::None);
+    }
+    let capture = fences.capture(stream)?;
+    if capture == Capture::None {
+        fences.record(stream)?;
+        for k in keeps {
+            k.read_on(stream);
+        }
+    }
+    Ok(capture)
 }

@@ -5,9 +5,9 @@
 
 use std::fmt;
 
-use cudarc::driver::{CudaFunction, CudaSlice};
+use cudarc::driver::CudaFunction;
 
-use super::device::{product_alpha, to_i32, F16View, Keep, Nvfp4View};
+use super::device::{product_alpha, to_i32, F16View, Keep, Nvfp4View, Owned};
 use super::kernels::fallback::{MmaParams, MmaProblem};
 use super::kernels::pdl_ready;
 use super::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
@@ -62,9 +62,9 @@ pub(crate) struct MmaLaunch {
     pub config: MmaConfig,
     func: CudaFunction,
     params: MmaParams,
-    // The descriptor array the params point into (none for one problem: it travels by value).
-    _descs: Option<CudaSlice<MmaProblem>>,
-    _keep: Vec<Keep>,
+    /// What its launches read: operands, outputs and, for several problems, the descriptor
+    /// table the params point into (one problem travels by value).
+    pub(crate) keep: Vec<Keep>,
 }
 
 impl MmaLaunch {
@@ -116,15 +116,16 @@ impl MmaLaunch {
         let grid = tile_start;
         to_i32(grid, "CTAs")?;
         let count = to_i32(ops.len(), "groups")?;
-        let (table, params) = match descs.as_slice() {
-            [one] => (None, MmaParams { problems: 0, count, reserved: 0, one: *one }),
+        let params = match descs.as_slice() {
+            [one] => MmaParams { problems: 0, count, reserved: 0, one: *one },
             _ => {
                 let table = gpu.upload(&descs, "the fallback's problem table")?;
                 let problems = gpu.addr(&table);
-                (Some(table), MmaParams { problems, count, reserved: 0, one: MmaProblem::default() })
+                keep.push(Owned::new(gpu, table));
+                MmaParams { problems, count, reserved: 0, one: MmaProblem::default() }
             }
         };
-        Ok(Self { config: MmaConfig { symbol, problems: shapes, grid }, func, params, _descs: table, _keep: keep })
+        Ok(Self { config: MmaConfig { symbol, problems: shapes, grid }, func, params, keep })
     }
 
     /// Enqueues the kernel on `stream`; `chain`: as a programmatic dependent of the previous

@@ -202,7 +202,7 @@ pub(crate) struct GemvLaunch {
     pub config: GemvConfig,
     func: CudaFunction,
     params: GemvParams,
-    _keep: Vec<Keep>,
+    pub(crate) keep: Vec<Keep>,
 }
 
 fn to_i32(x: usize, what: &str) -> Result<i32> {
@@ -278,7 +278,7 @@ impl GemvLaunch {
         to_i32(l * m, "L * M")?;
         to_i32(m * (k / 2), "M * K / 2")?;
         let keep = [a.keep(), b.keep(), c.keep(), Some(ws.keep())].into_iter().flatten().collect();
-        Ok(Self { config, func, params, _keep: keep })
+        Ok(Self { config, func, params, keep })
     }
 
     /// Enqueues the kernel on `stream`; `chain`: as a programmatic dependent of the previous

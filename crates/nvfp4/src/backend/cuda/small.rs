@@ -70,7 +70,7 @@ pub(crate) struct SmallLaunch {
     pub config: SmallConfig,
     func: CudaFunction,
     params: SmallParams,
-    _keep: Vec<Keep>,
+    pub(crate) keep: Vec<Keep>,
 }
 
 impl SmallLaunch {
@@ -103,7 +103,7 @@ impl SmallLaunch {
             out_bf16: v.c.bf16_flag(),
         };
         let keep = [v.a.keep(), v.b.keep(), v.c.keep()].into_iter().flatten().collect();
-        Ok(Self { config: SmallConfig { mnkl, grid }, func, params, _keep: keep })
+        Ok(Self { config: SmallConfig { mnkl, grid }, func, params, keep })
     }
 
     /// Enqueues the kernel on `stream`; `chain`: as a programmatic dependent of the previous

@@ -43,7 +43,7 @@ pub(crate) struct Sm90Launch {
     params: Box<Sm90Params>,
     x_params: DecodeXParams,
     shapes: (LaunchShape, LaunchShape), // pre-pass, main kernel
-    _keep: Vec<Keep>,
+    pub(crate) keep: Vec<Keep>,
 }
 
 /// The f32 form of `alpha` when it is ± a power of two that f32 holds as a normal number: then
@@ -171,7 +171,7 @@ pub(crate) fn bind(
             .with(LaunchOptions { dependent: true, cluster_x: plan.launch_cluster() as u32 }),
     );
     let x_params = DecodeXParams { x: x_params, w: w_prefetch };
-    Ok(Sm90Launch { plan: plan.clone(), kernels, params, x_params, shapes, _keep: keep })
+    Ok(Sm90Launch { plan: plan.clone(), kernels, params, x_params, shapes, keep })
 }
 
 /// Where a problem's output goes: `c` is `[L, M, N]` f16 (or bf16: `bf16` = 1) (or, `flat`,
