@@ -60,6 +60,10 @@ fn parse_shapes(s: &str) -> Result<ShapeSet, String> {
 }
 
 pub fn main(args: Args) -> Outcome {
+    // A report that cannot be written is found now, not after minutes of timing.
+    if let Some(path) = &args.json {
+        nvfp4::io::check_output(path)?;
+    }
     let (problems, quantize) = match args.problem {
         None => (ProblemKind::ALL.to_vec(), true),
         Some(Target::Problem(p)) => (vec![p], false),

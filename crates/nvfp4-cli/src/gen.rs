@@ -69,6 +69,7 @@ fn shape_of(args: &Args) -> Result<Shape, crate::exit::Failure> {
 
 pub fn main(args: Args) -> Outcome {
     let shape = shape_of(&args)?;
+    nvfp4::io::check_output(&args.output)?;
     // The generated operands, plus each operand's scales once more while they change layout.
     let extra = if args.scales == ScaleLayout::Plain { Some(0) } else { shape.scale_bytes(args.scales) };
     let needed = checked_sum([shape.input_bytes(ScaleLayout::Plain), extra]);
@@ -78,8 +79,12 @@ pub fn main(args: Args) -> Outcome {
     let p = p.into_layout(args.scales);
     nvfp4::io::save_problem(&args.output, &p)?;
     drop(p);
-    let file_bytes =
-        std::fs::metadata(&args.output).map_err(|source| nvfp4::Error::Io { path: args.output.clone(), source })?.len();
+    // A character device or a FIFO is written in place: its size says nothing.
+    let file_bytes = match std::fs::metadata(&args.output) {
+        Ok(m) if m.is_file() => Some(m.len()),
+        Ok(_) => None,
+        Err(source) => return Err(nvfp4::Error::Io { path: args.output.clone(), source }.into()),
+    };
     if args.json {
         let v = serde_json::json!({
             "problem": args.problem.name(), "shape": shape.to_string(), "seed": args.seed,
@@ -88,13 +93,16 @@ pub fn main(args: Args) -> Outcome {
         });
         println!("{v}");
     } else {
+        let size = match file_bytes {
+            Some(n) => format!("{n} bytes, {:.1} MB", n as f64 / 1e6),
+            None => "written in place: not a regular file".into(),
+        };
         println!(
-            "{} {shape} (seed {}, {:?} scales) -> {} ({file_bytes} bytes, {:.1} MB)",
+            "{} {shape} (seed {}, {:?} scales) -> {} ({size})",
             args.problem,
             args.seed,
             args.scales,
             args.output.display(),
-            file_bytes as f64 / 1e6
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -31,6 +31,7 @@ pub struct Args {
 
 pub fn main(args: Args) -> Outcome {
     nvfp4::io::refuse_same_file(&args.input, &args.output)?;
+    nvfp4::io::check_output(&args.output)?;
     let p = nvfp4::io::load_problem(&args.input, args.problem)?;
     let (backend, note) = open(args.backend)?;
     if !args.json {
