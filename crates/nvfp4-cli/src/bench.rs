@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use nvfp4::bench::{self, Options, Protocol, ShapeSet, DEFAULT_SAMPLES, DEFAULT_WARMUP};
 use nvfp4::ProblemKind;
 
+use crate::console::{errln, out};
 use crate::exit::Outcome;
 
 /// Arguments of `nvfp4 bench`.
@@ -77,12 +78,12 @@ pub fn main(args: Args) -> Outcome {
         mode: args.mode,
         quantize,
     };
-    let report = bench::run(&opts, &mut |line| eprintln!("{line}"))?;
-    print!("{}", report.table());
+    let report = bench::run(&opts, &mut |line| errln!("{line}"))?;
+    out!("{}", report.table());
     if let Some(path) = &args.json {
         // Through a temporary file, so an interrupted run never leaves half a report.
         nvfp4::io::write_bytes_atomically(path, format!("{}\n", report.to_json()?).as_bytes())?;
-        eprintln!("wrote {}", path.display());
+        errln!("wrote {}", path.display());
     }
     Ok(if report.all_passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

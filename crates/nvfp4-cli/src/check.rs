@@ -8,6 +8,7 @@ use nvfp4::backend::{open, BackendChoice};
 use nvfp4::check::{cases, mode_for, run_case, what_check_proves, CaseSpec};
 use nvfp4::problem::ProblemKind;
 
+use crate::console::{errln, outln};
 use crate::exit::Outcome;
 use crate::ui::Progress;
 
@@ -46,7 +47,7 @@ impl Row {
 pub fn main(args: Args) -> Outcome {
     let (backend, note) = open(args.backend)?;
     if !args.json {
-        eprintln!("{note}");
+        errln!("{note}");
     }
     let kinds: Vec<ProblemKind> = args.problem.map_or(ProblemKind::ALL.to_vec(), |k| vec![k]);
     let mut todo: Vec<(ProblemKind, CaseSpec)> = Vec::new();
@@ -95,13 +96,10 @@ fn verdict_text(row: &Row) -> String {
 }
 
 fn print_table(rows: &[Row], backend: &str) {
-    println!(
-        "{:<13} {:<9} {:<40} {:<8} {:<10} {:>8}  verdict",
-        "problem", "case", "shape", "scales", "mode", "seconds"
-    );
+    outln!("{:<13} {:<9} {:<40} {:<8} {:<10} {:>8}  verdict", "problem", "case", "shape", "scales", "mode", "seconds");
     for r in rows {
         let first_line = verdict_text(r).lines().next().unwrap_or_default().to_string();
-        println!(
+        outln!(
             "{:<13} {:<9} {:<40} {:<8} {:<10} {:>8.3}  {}",
             r.kind.name(),
             r.spec.label,
@@ -116,12 +114,12 @@ fn print_table(rows: &[Row], backend: &str) {
         let of_kind: Vec<&Row> = rows.iter().filter(|r| r.kind == kind).collect();
         if !of_kind.is_empty() {
             let passed = of_kind.iter().filter(|r| r.passed()).count();
-            println!("{kind}: {passed}/{} cases pass on {backend}", of_kind.len());
+            outln!("{kind}: {passed}/{} cases pass on {backend}", of_kind.len());
         }
     }
     let failed = rows.iter().filter(|r| !r.passed()).count();
-    println!("{} passed, {failed} failed", rows.len() - failed);
-    println!("\nWhat this shows: {}", what_check_proves(backend));
+    outln!("{} passed, {failed} failed", rows.len() - failed);
+    outln!("\nWhat this shows: {}", what_check_proves(backend));
 }
 
 fn truncate(s: &str, n: usize) -> String {
@@ -149,7 +147,7 @@ fn print_json(rows: &[Row], backend: &str) {
         })
         .collect();
     let failed = rows.iter().filter(|r| !r.passed()).count();
-    println!(
+    outln!(
         "{}",
         serde_json::json!({
             "backend": backend, "passed": rows.len() - failed, "failed": failed,

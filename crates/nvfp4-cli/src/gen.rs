@@ -7,6 +7,7 @@ use nvfp4::memory::{checked_sum, ensure_host};
 use nvfp4::problem::{generate, Case, ProblemKind, Shape};
 use nvfp4::ScaleLayout;
 
+use crate::console::outln;
 use crate::exit::{usage, Outcome};
 
 /// Arguments of `nvfp4 gen`.
@@ -91,13 +92,13 @@ pub fn main(args: Args) -> Outcome {
             "scales": format!("{:?}", args.scales).to_lowercase(), "alpha": args.alpha,
             "file_bytes": file_bytes, "output": args.output.display().to_string(),
         });
-        println!("{v}");
+        outln!("{v}");
     } else {
         let size = match file_bytes {
             Some(n) => format!("{n} bytes, {:.1} MB", n as f64 / 1e6),
             None => "written in place: not a regular file".into(),
         };
-        println!(
+        outln!(
             "{} {shape} (seed {}, {:?} scales) -> {} ({size})",
             args.problem,
             args.seed,
