@@ -144,7 +144,10 @@ fn the_writer_itself_refuses_what_it_must_not_replace() {
     for (dest, needle) in [(ro.clone(), "read-only"), (dir.join("sub"), "folder"), (dir.join("sub/"), "folder")] {
         for r in [write_bytes_atomically(&dest, b"new"), check_output(&dest)] {
             match r {
-                Err(Error::File { path, msg }) => assert!(path == dest && msg.contains(needle), "{msg}"),
+                Err(Error::Io { path, source }) => {
+                    let msg = source.to_string();
+                    assert!(path == dest && msg.contains(needle), "{msg}");
+                }
                 other => panic!("{}: expected a refusal, got {other:?}", dest.display()),
             }
         }

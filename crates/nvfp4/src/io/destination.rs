@@ -8,8 +8,8 @@ use std::fs::{self, Metadata};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use super::archive::{file_err, io_err};
-use crate::Result;
+use super::archive::io_err;
+use crate::{Error, Result};
 
 /// Symbolic links followed before giving up on a chain (the limit Linux itself uses).
 const MAX_LINKS: usize = 40;
@@ -82,18 +82,27 @@ fn special_kind(_: &Metadata) -> Option<&'static str> {
     Some("neither a file nor a folder")
 }
 
+/// The refusal of `path` as an [`Error::Io`] of `kind` (so callers can match on it as on the
+/// system's own errors), saying why.
+fn refuse(path: &Path, kind: ErrorKind, why: impl Into<String>) -> Error {
+    io_err(path, std::io::Error::new(kind, why.into()))
+}
+
 /// Where an output at `path` goes, or why it cannot go there. Nothing is created; an existing
 /// regular file is opened for writing (not truncated) to learn whether this process may write it.
 pub(crate) fn destination(path: &Path) -> Result<Destination> {
     if names_a_folder(path) {
-        return Err(file_err(path, "names a folder; the output must be a file"));
+        return Err(refuse(path, ErrorKind::IsADirectory, "names a folder; the output must be a file"));
     }
     match fs::metadata(path) {
-        Ok(meta) if meta.is_dir() => Err(file_err(path, "is a folder; the output must be a file")),
+        Ok(meta) if meta.is_dir() => {
+            Err(refuse(path, ErrorKind::IsADirectory, "is a folder; the output must be a file"))
+        }
         Ok(meta) if meta.is_file() => {
             if read_only(&meta) {
-                return Err(file_err(
+                return Err(refuse(
                     path,
+                    ErrorKind::PermissionDenied,
                     "is read-only (no write permission bit); it is not replaced: make it writable or choose another output",
                 ));
             }
@@ -101,11 +110,14 @@ pub(crate) fn destination(path: &Path) -> Result<Destination> {
             Ok(Destination::Replace(resolve_links(path)))
         }
         Ok(meta) => match special_kind(&meta) {
-            Some(kind) => Err(file_err(
+            Some(kind) => Err(refuse(
                 path,
+                ErrorKind::InvalidInput,
                 format!("is {kind}; outputs go to regular files, character devices (/dev/null) or FIFOs"),
             )),
-            None if read_only(&meta) => Err(file_err(path, "is read-only (no write permission bit)")),
+            None if read_only(&meta) => {
+                Err(refuse(path, ErrorKind::PermissionDenied, "is read-only (no write permission bit)"))
+            }
             None => Ok(Destination::Stream(path.to_path_buf())),
         },
         Err(e) if e.kind() == ErrorKind::NotFound => {
@@ -113,15 +125,15 @@ pub(crate) fn destination(path: &Path) -> Result<Destination> {
             let folder = folder_of(&dest);
             match fs::metadata(folder) {
                 Ok(m) if m.is_dir() => Ok(Destination::Replace(dest)),
-                Ok(_) => Err(file_err(path, format!("`{}` is not a folder", folder.display()))),
+                Ok(_) => Err(refuse(path, ErrorKind::NotADirectory, format!("`{}` is not a folder", folder.display()))),
                 Err(e) if e.kind() == ErrorKind::NotFound => {
-                    Err(file_err(path, format!("its folder `{}` does not exist", folder.display())))
+                    Err(refuse(path, ErrorKind::NotFound, format!("its folder `{}` does not exist", folder.display())))
                 }
                 Err(e) => Err(io_err(folder, e)),
             }
         }
         Err(e) if e.kind() == ErrorKind::NotADirectory => {
-            Err(file_err(path, "goes through something that is not a folder"))
+            Err(refuse(path, ErrorKind::NotADirectory, "goes through something that is not a folder"))
         }
         Err(e) => Err(io_err(path, e)),
     }
