@@ -27,7 +27,8 @@ pub struct Args {
     /// Scale layout written to the file: plain [L, rows, K/16] or blocked [L, R, C, 512].
     #[arg(long, default_value = "plain", value_parser = parse_layout)]
     scales: ScaleLayout,
-    /// Optional FP32 alpha stored in the file and applied before rounding (finite).
+    /// Optional FP32 alpha stored in the file and applied before rounding: finite, and not a
+    /// non-zero value that rounds to 0 in f32.
     #[arg(long, value_parser = parse_alpha, allow_hyphen_values = true)]
     alpha: Option<f32>,
     /// Output safetensors file (written whole, then renamed into place).
@@ -46,13 +47,13 @@ pub fn parse_layout(s: &str) -> Result<ScaleLayout, String> {
     }
 }
 
-/// A finite f32: an alpha of inf or NaN would make every output element inf or NaN.
+/// The library's alpha rule (`nvfp4::ops::parse_alpha`): finite, and a non-zero decimal that
+/// neither overflows f32 nor rounds to 0 there.
 fn parse_alpha(s: &str) -> Result<f32, String> {
-    match s.parse::<f32>() {
-        Ok(a) if a.is_finite() => Ok(a),
-        Ok(a) => Err(format!("alpha must be finite, got {a}")),
-        Err(e) => Err(format!("`{s}` is not a number: {e}")),
-    }
+    nvfp4::ops::parse_alpha(s).map_err(|e| match e {
+        nvfp4::Error::Invalid(msg) => msg,
+        other => other.to_string(),
+    })
 }
 
 /// The shape the arguments name; every failure is a usage error (the catalogue and the shape
