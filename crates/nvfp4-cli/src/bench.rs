@@ -24,7 +24,7 @@ pub struct Args {
     /// prints to stdout: the table stays on stdout here).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Timing protocol (SPEC §7): cold (one launch per sample, L2 flushed before it) or graph
+    /// Timing protocol (docs/FORMAT.md §7): cold (one launch per sample, L2 flushed before it) or graph
     /// (N launches in one CUDA graph over rotating input sets, chained with programmatic
     /// dependent launch where the kernel supports it; µs per launch).
     #[arg(long, default_value = "cold", value_parser = parse_mode)]

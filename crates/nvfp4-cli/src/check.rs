@@ -1,5 +1,6 @@
-//! `nvfp4 check`: every SPEC test case plus extra edge shapes through a backend, compared with the
-//! CPU reference (bit-identical where the data makes sums exact, SPEC tolerance otherwise).
+//! `nvfp4 check`: every catalogue test case plus extra edge shapes through a backend, compared
+//! with the CPU reference (bit-identical where the data makes sums exact, docs/FORMAT.md §4's
+//! tolerance otherwise).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -23,7 +24,7 @@ pub struct Args {
     /// Base generator seed (case n uses seed + n).
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Only the SPEC test shapes, not the extra edge shapes.
+    /// Only the catalogue's test shapes (docs/FORMAT.md §6), not the extra edge shapes.
     #[arg(long)]
     spec_only: bool,
     /// Print the results as JSON on stdout.

@@ -23,6 +23,7 @@ fn usage_errors_exit_2_and_write_nothing() {
         (&["--shape", "12x12x12"], "multiple of 16"),
         (&["--shape", "0x16x16"], ">= 1"),
         (&["--shape", "8x8"], "8x8"),
+        (&["--shape", "8x8"], "expected MxNxK or MxNxKxL"),
         (&["--case", "test:0", "--alpha", "nan"], "finite"),
         (&["--case", "test:0", "--alpha", "inf"], "finite"),
         (&["--case", "test:0", "--alpha", "-inf"], "finite"),
@@ -38,7 +39,12 @@ fn usage_errors_exit_2_and_write_nothing() {
         assert!(err.contains("--help"), "{extra:?}: a usage error points at --help: {err}");
     }
     // The grouped GEMM's MoE form has no case-file form; an all-empty routing has no tokens.
-    for (shape, needle) in [("moe:4,0,8/64/32", "no MoE form"), ("moe:0,0/64/32", "no tokens")] {
+    for (shape, needle) in [
+        ("moe:4,0,8/64/32", "no MoE form"),
+        ("moe:0,0/64/32", "no tokens"),
+        ("8,8/8", "expected m1,m2,../n1,../k1,.. (one N or K for every group) or moe:c1,c2,../N/K"),
+        ("moe:8/8", "or moe:c1,c2,../N/K"),
+    ] {
         let err =
             assert_exit(&nvfp4_in(&dir.0, &["gen", "grouped-gemm", "--shape", shape, "-o", "moe.safetensors"]), 2);
         assert!(err.contains(needle), "{shape}: `{needle}` not in {err}");
