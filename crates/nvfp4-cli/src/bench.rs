@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use nvfp4::bench::{self, Options, Protocol, ShapeSet, DEFAULT_SAMPLES, DEFAULT_WARMUP};
 use nvfp4::ProblemKind;
 
+use crate::console::{errln, out};
 use crate::exit::Outcome;
 
 /// Arguments of `nvfp4 bench`.
@@ -23,7 +24,7 @@ pub struct Args {
     /// prints to stdout: the table stays on stdout here).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Timing protocol (SPEC §7): cold (one launch per sample, L2 flushed before it) or graph
+    /// Timing protocol (docs/FORMAT.md §7): cold (one launch per sample, L2 flushed before it) or graph
     /// (N launches in one CUDA graph over rotating input sets, chained with programmatic
     /// dependent launch where the kernel supports it; µs per launch).
     #[arg(long, default_value = "cold", value_parser = parse_mode)]
@@ -60,6 +61,10 @@ fn parse_shapes(s: &str) -> Result<ShapeSet, String> {
 }
 
 pub fn main(args: Args) -> Outcome {
+    // A report that cannot be written is found now, not after minutes of timing.
+    if let Some(path) = &args.json {
+        nvfp4::io::check_output(path)?;
+    }
     let (problems, quantize) = match args.problem {
         None => (ProblemKind::ALL.to_vec(), true),
         Some(Target::Problem(p)) => (vec![p], false),
@@ -73,12 +78,12 @@ pub fn main(args: Args) -> Outcome {
         mode: args.mode,
         quantize,
     };
-    let report = bench::run(&opts, &mut |line| eprintln!("{line}"))?;
-    print!("{}", report.table());
+    let report = bench::run(&opts, &mut |line| errln!("{line}"))?;
+    out!("{}", report.table());
     if let Some(path) = &args.json {
         // Through a temporary file, so an interrupted run never leaves half a report.
         nvfp4::io::write_bytes_atomically(path, format!("{}\n", report.to_json()?).as_bytes())?;
-        eprintln!("wrote {}", path.display());
+        errln!("wrote {}", path.display());
     }
     Ok(if report.all_passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

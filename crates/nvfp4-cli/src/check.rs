@@ -1,5 +1,6 @@
-//! `nvfp4 check`: every SPEC test case plus extra edge shapes through a backend, compared with the
-//! CPU reference (bit-identical where the data makes sums exact, SPEC tolerance otherwise).
+//! `nvfp4 check`: every catalogue test case plus extra edge shapes through a backend, compared
+//! with the CPU reference (bit-identical where the data makes sums exact, docs/FORMAT.md §4's
+//! tolerance otherwise).
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -8,6 +9,7 @@ use nvfp4::backend::{open, BackendChoice};
 use nvfp4::check::{cases, mode_for, run_case, what_check_proves, CaseSpec};
 use nvfp4::problem::ProblemKind;
 
+use crate::console::{errln, outln};
 use crate::exit::Outcome;
 use crate::ui::Progress;
 
@@ -22,7 +24,7 @@ pub struct Args {
     /// Base generator seed (case n uses seed + n).
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Only the SPEC test shapes, not the extra edge shapes.
+    /// Only the catalogue's test shapes (docs/FORMAT.md §6), not the extra edge shapes.
     #[arg(long)]
     spec_only: bool,
     /// Print the results as JSON on stdout.
@@ -46,7 +48,7 @@ impl Row {
 pub fn main(args: Args) -> Outcome {
     let (backend, note) = open(args.backend)?;
     if !args.json {
-        eprintln!("{note}");
+        errln!("{note}");
     }
     let kinds: Vec<ProblemKind> = args.problem.map_or(ProblemKind::ALL.to_vec(), |k| vec![k]);
     let mut todo: Vec<(ProblemKind, CaseSpec)> = Vec::new();
@@ -95,13 +97,10 @@ fn verdict_text(row: &Row) -> String {
 }
 
 fn print_table(rows: &[Row], backend: &str) {
-    println!(
-        "{:<13} {:<9} {:<40} {:<8} {:<10} {:>8}  verdict",
-        "problem", "case", "shape", "scales", "mode", "seconds"
-    );
+    outln!("{:<13} {:<9} {:<40} {:<8} {:<10} {:>8}  verdict", "problem", "case", "shape", "scales", "mode", "seconds");
     for r in rows {
         let first_line = verdict_text(r).lines().next().unwrap_or_default().to_string();
-        println!(
+        outln!(
             "{:<13} {:<9} {:<40} {:<8} {:<10} {:>8.3}  {}",
             r.kind.name(),
             r.spec.label,
@@ -116,12 +115,12 @@ fn print_table(rows: &[Row], backend: &str) {
         let of_kind: Vec<&Row> = rows.iter().filter(|r| r.kind == kind).collect();
         if !of_kind.is_empty() {
             let passed = of_kind.iter().filter(|r| r.passed()).count();
-            println!("{kind}: {passed}/{} cases pass on {backend}", of_kind.len());
+            outln!("{kind}: {passed}/{} cases pass on {backend}", of_kind.len());
         }
     }
     let failed = rows.iter().filter(|r| !r.passed()).count();
-    println!("{} passed, {failed} failed", rows.len() - failed);
-    println!("\nWhat this shows: {}", what_check_proves(backend));
+    outln!("{} passed, {failed} failed", rows.len() - failed);
+    outln!("\nWhat this shows: {}", what_check_proves(backend));
 }
 
 fn truncate(s: &str, n: usize) -> String {
@@ -149,7 +148,7 @@ fn print_json(rows: &[Row], backend: &str) {
         })
         .collect();
     let failed = rows.iter().filter(|r| !r.passed()).count();
-    println!(
+    outln!(
         "{}",
         serde_json::json!({
             "backend": backend, "passed": rows.len() - failed, "failed": failed,

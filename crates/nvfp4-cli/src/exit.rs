@@ -1,5 +1,6 @@
 //! Exit status. 0: success. 1: the command was well formed but failed (a file that cannot be
-//! read or is malformed, a size the host cannot hold, no GPU, a failed check or kernel). 2: the
+//! read or is malformed, an output that cannot be written, a size the host cannot hold, no GPU, a
+//! failed check or kernel; a stdout that fails other than by closing, `console.rs`). 2: the
 //! command line itself is wrong (an unknown argument, or a value that no run could accept: a
 //! malformed or out-of-range shape, case, alpha or scale layout), found from the arguments alone
 //! before any file is read or anything is computed.
@@ -7,6 +8,7 @@
 use std::fmt;
 use std::process::ExitCode;
 
+use crate::console::errln;
 use clap::error::ErrorKind;
 use clap::CommandFactory;
 
@@ -42,7 +44,7 @@ pub type Outcome = Result<ExitCode, Failure>;
 pub fn report<C: CommandFactory>(subcommand: &str, failure: Failure) -> ExitCode {
     match failure {
         Failure::Run(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             ExitCode::FAILURE
         }
         Failure::Usage(msg) => {

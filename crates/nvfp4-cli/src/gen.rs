@@ -7,6 +7,7 @@ use nvfp4::memory::{checked_sum, ensure_host};
 use nvfp4::problem::{generate, Case, ProblemKind, Shape};
 use nvfp4::ScaleLayout;
 
+use crate::console::outln;
 use crate::exit::{usage, Outcome};
 
 /// Arguments of `nvfp4 gen`.
@@ -26,7 +27,8 @@ pub struct Args {
     /// Scale layout written to the file: plain [L, rows, K/16] or blocked [L, R, C, 512].
     #[arg(long, default_value = "plain", value_parser = parse_layout)]
     scales: ScaleLayout,
-    /// Optional FP32 alpha stored in the file and applied before rounding (finite).
+    /// Optional FP32 alpha stored in the file and applied before rounding: finite, and not a
+    /// non-zero value that rounds to 0 in f32.
     #[arg(long, value_parser = parse_alpha, allow_hyphen_values = true)]
     alpha: Option<f32>,
     /// Output safetensors file (written whole, then renamed into place).
@@ -45,13 +47,13 @@ pub fn parse_layout(s: &str) -> Result<ScaleLayout, String> {
     }
 }
 
-/// A finite f32: an alpha of inf or NaN would make every output element inf or NaN.
+/// The library's alpha rule (`nvfp4::ops::parse_alpha`): finite, and a non-zero decimal that
+/// neither overflows f32 nor rounds to 0 there.
 fn parse_alpha(s: &str) -> Result<f32, String> {
-    match s.parse::<f32>() {
-        Ok(a) if a.is_finite() => Ok(a),
-        Ok(a) => Err(format!("alpha must be finite, got {a}")),
-        Err(e) => Err(format!("`{s}` is not a number: {e}")),
-    }
+    nvfp4::ops::parse_alpha(s).map_err(|e| match e {
+        nvfp4::Error::Invalid(msg) => msg,
+        other => other.to_string(),
+    })
 }
 
 /// The shape the arguments name; every failure is a usage error (the catalogue and the shape
@@ -69,6 +71,7 @@ fn shape_of(args: &Args) -> Result<Shape, crate::exit::Failure> {
 
 pub fn main(args: Args) -> Outcome {
     let shape = shape_of(&args)?;
+    nvfp4::io::check_output(&args.output)?;
     // The generated operands, plus each operand's scales once more while they change layout.
     let extra = if args.scales == ScaleLayout::Plain { Some(0) } else { shape.scale_bytes(args.scales) };
     let needed = checked_sum([shape.input_bytes(ScaleLayout::Plain), extra]);
@@ -78,23 +81,30 @@ pub fn main(args: Args) -> Outcome {
     let p = p.into_layout(args.scales);
     nvfp4::io::save_problem(&args.output, &p)?;
     drop(p);
-    let file_bytes =
-        std::fs::metadata(&args.output).map_err(|source| nvfp4::Error::Io { path: args.output.clone(), source })?.len();
+    // A character device or a FIFO is written in place: its size says nothing.
+    let file_bytes = match std::fs::metadata(&args.output) {
+        Ok(m) if m.is_file() => Some(m.len()),
+        Ok(_) => None,
+        Err(source) => return Err(nvfp4::Error::Io { path: args.output.clone(), source }.into()),
+    };
     if args.json {
         let v = serde_json::json!({
             "problem": args.problem.name(), "shape": shape.to_string(), "seed": args.seed,
             "scales": format!("{:?}", args.scales).to_lowercase(), "alpha": args.alpha,
             "file_bytes": file_bytes, "output": args.output.display().to_string(),
         });
-        println!("{v}");
+        outln!("{v}");
     } else {
-        println!(
-            "{} {shape} (seed {}, {:?} scales) -> {} ({file_bytes} bytes, {:.1} MB)",
+        let size = match file_bytes {
+            Some(n) => format!("{n} bytes, {:.1} MB", n as f64 / 1e6),
+            None => "written in place: not a regular file".into(),
+        };
+        outln!(
+            "{} {shape} (seed {}, {:?} scales) -> {} ({size})",
             args.problem,
             args.seed,
             args.scales,
             args.output.display(),
-            file_bytes as f64 / 1e6
         );
     }
     Ok(ExitCode::SUCCESS)

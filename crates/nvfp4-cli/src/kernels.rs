@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use nvfp4::backend::cuda::{kernel_reports_to, KernelReport, DEFAULT_ARCH};
 use nvfp4::Error;
 
+use crate::console::{errln, out, outln};
 use crate::exit::Outcome;
 
 /// Arguments of `nvfp4 kernels`.
@@ -57,16 +58,16 @@ pub fn main(args: Args) -> Outcome {
             "kernels": reports,
             "ok": spilling.is_empty(),
         });
-        println!("{}", serde_json::to_string_pretty(&doc).map_err(|e| Error::Invalid(e.to_string()))?);
+        outln!("{}", serde_json::to_string_pretty(&doc).map_err(|e| Error::Invalid(e.to_string()))?);
     } else {
-        println!("NVRTC {} ({} kernels)", args.arch, reports.len());
-        print!("{}", table(&reports));
+        outln!("NVRTC {} ({} kernels)", args.arch, reports.len());
+        out!("{}", table(&reports));
     }
     if spilling.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {
         for r in &spilling {
-            eprintln!("error: kernel spills registers: {r}");
+            errln!("error: kernel spills registers: {r}");
         }
         Ok(ExitCode::FAILURE)
     }

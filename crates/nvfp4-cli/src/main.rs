@@ -1,7 +1,11 @@
 //! `nvfp4`: generate, run, check, benchmark and quantize NVFP4 problems.
 
+// Printing goes through `console`, which survives a closed stdout or stderr; the std macros panic.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 mod bench;
 mod check;
+mod console;
 mod exit;
 mod gen;
 mod kernels;
@@ -58,5 +62,5 @@ fn main() -> ExitCode {
         Command::Quantize(a) => ("quantize", quantize::main(a)),
         Command::Kernels(a) => ("kernels", kernels::main(a)),
     };
-    result.unwrap_or_else(|failure| exit::report::<Cli>(name, failure))
+    console::finish(result.unwrap_or_else(|failure| exit::report::<Cli>(name, failure)))
 }

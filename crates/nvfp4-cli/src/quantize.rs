@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use nvfp4::io::{QuantizeOptions, QuantizeSummary, SkipReason};
 
+use crate::console::outln;
 use crate::exit::Outcome;
 
 /// Arguments of `nvfp4 quantize`.
@@ -59,9 +60,9 @@ fn json(args: &Args, s: &QuantizeSummary) -> serde_json::Value {
 pub fn main(args: Args) -> Outcome {
     let summary = nvfp4::io::quantize_file(&args.input, &args.output, QuantizeOptions { strict: args.strict })?;
     if args.json {
-        println!("{}", json(&args, &summary));
+        outln!("{}", json(&args, &summary));
     } else {
-        println!("{summary}");
+        outln!("{summary}");
     }
     Ok(ExitCode::SUCCESS)
 }

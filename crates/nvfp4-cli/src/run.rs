@@ -7,6 +7,7 @@ use std::time::Instant;
 use nvfp4::backend::{open, BackendChoice};
 use nvfp4::problem::ProblemKind;
 
+use crate::console::{errln, outln};
 use crate::exit::Outcome;
 
 /// Arguments of `nvfp4 run`.
@@ -31,10 +32,11 @@ pub struct Args {
 
 pub fn main(args: Args) -> Outcome {
     nvfp4::io::refuse_same_file(&args.input, &args.output)?;
+    nvfp4::io::check_output(&args.output)?;
     let p = nvfp4::io::load_problem(&args.input, args.problem)?;
     let (backend, note) = open(args.backend)?;
     if !args.json {
-        eprintln!("{note}");
+        errln!("{note}");
     }
     let t0 = Instant::now();
     let out = p.run(backend.as_ref())?;
@@ -47,9 +49,9 @@ pub fn main(args: Args) -> Outcome {
             "problem": args.problem.name(), "backend": backend.name(), "seconds": secs,
             "outputs": shapes, "output": args.output.display().to_string(),
         });
-        println!("{v}");
+        outln!("{v}");
     } else {
-        println!("{} on {} in {secs:.3} s: {shapes:?} -> {}", args.problem, backend.name(), args.output.display());
+        outln!("{} on {} in {secs:.3} s: {shapes:?} -> {}", args.problem, backend.name(), args.output.display());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -3,6 +3,7 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
+use crate::console::errln;
 use indicatif::{ProgressBar, ProgressStyle};
 
 /// Progress over a known number of steps.
@@ -31,7 +32,7 @@ impl Progress {
     pub fn start(&self, what: &str) {
         match &self.bar {
             Some(bar) => bar.set_message(what.to_string()),
-            None if !self.quiet => eprintln!("[{}/{}] {what}", self.done + 1, self.total),
+            None if !self.quiet => errln!("[{}/{}] {what}", self.done + 1, self.total),
             None => {}
         }
     }
@@ -48,7 +49,7 @@ impl Progress {
     pub fn println(&self, line: &str) {
         match &self.bar {
             Some(bar) => bar.println(line),
-            None if !self.quiet => eprintln!("{line}"),
+            None if !self.quiet => errln!("{line}"),
             None => {}
         }
     }

@@ -82,6 +82,17 @@ fn readme_json_paragraph_matches_each_subcommand() {
 }
 
 #[test]
+fn help_cites_the_format_document_not_a_spec() {
+    // The contract users have is docs/FORMAT.md; a "SPEC" is nowhere in the repository.
+    for sub in ["gen", "run", "check", "bench", "quantize", "kernels"] {
+        let h = help(&[sub, "--help"]);
+        assert!(!h.contains("SPEC"), "{sub} --help cites a SPEC:\n{h}");
+    }
+    assert!(help(&["check", "--help"]).contains("docs/FORMAT.md §6"));
+    assert!(help(&["bench", "--help"]).contains("docs/FORMAT.md §7"));
+}
+
+#[test]
 fn readme_exit_status_matches_the_help() {
     let readme = repo_file("README.md");
     let table: Vec<&str> = readme

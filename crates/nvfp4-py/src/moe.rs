@@ -30,7 +30,7 @@ pub fn grouped_gemm_moe(
     sfb: &Bound<'_, PyAny>,
     offsets: &Bound<'_, PyAny>,
     out: &Bound<'_, PyAny>,
-    alpha: Option<f32>,
+    alpha: Option<f64>,
     layout: Option<&str>,
     stream: Option<u64>,
 ) -> PyResult<()> {
@@ -39,7 +39,7 @@ pub fn grouped_gemm_moe(
     let b = call.operand(b, sfb, "b", "sfb")?;
     let offsets = call.tensor(offsets, "offsets")?;
     let out = call.tensor(out, "out")?;
-    check_alpha(alpha)?;
+    let alpha = check_alpha(alpha)?;
     if a.meta.l != 1 {
         return Err(value(format!(
             "moe gemm: a must be [T, K/2] or [1, T, K/2] (the tokens, sorted by expert), got shape {:?}",

@@ -45,11 +45,17 @@ impl Call {
     }
 }
 
-pub(crate) fn check_alpha(alpha: Option<f32>) -> PyResult<()> {
-    match alpha {
-        Some(a) if !a.is_finite() => Err(value(format!("alpha must be finite, got {a}"))),
-        _ => Ok(()),
-    }
+/// A Python float as the kernels' f32 alpha, under the library's rule
+/// (`nvfp4::ops::alpha_from_f64`): finite, and a non-zero value that neither overflows f32 nor
+/// rounds to 0 there (PyO3's own f32 conversion would round 1e-50 to 0 silently).
+pub(crate) fn check_alpha(alpha: Option<f64>) -> PyResult<Option<f32>> {
+    let narrow = |a| {
+        nvfp4::ops::alpha_from_f64(a).map_err(|e| match e {
+            nvfp4::Error::Invalid(msg) => value(msg),
+            other => crate::error::to_py(other),
+        })
+    };
+    alpha.map(narrow).transpose()
 }
 
 /// A and B agree on L and K.
@@ -113,7 +119,7 @@ pub fn gemm(
     b: &Bound<'_, PyAny>,
     sfb: &Bound<'_, PyAny>,
     out: &Bound<'_, PyAny>,
-    alpha: Option<f32>,
+    alpha: Option<f64>,
     layout: Option<&str>,
     stream: Option<u64>,
 ) -> PyResult<()> {
@@ -130,7 +136,7 @@ pub fn gemv(
     b: &Bound<'_, PyAny>,
     sfb: &Bound<'_, PyAny>,
     out: &Bound<'_, PyAny>,
-    alpha: Option<f32>,
+    alpha: Option<f64>,
     layout: Option<&str>,
     stream: Option<u64>,
 ) -> PyResult<()> {
@@ -142,7 +148,7 @@ fn gemm_shaped(
     py: Python<'_>,
     gemv: bool,
     [a, sfa, b, sfb, out]: [&Bound<'_, PyAny>; 5],
-    alpha: Option<f32>,
+    alpha: Option<f64>,
     layout: Option<&str>,
     stream: Option<u64>,
 ) -> PyResult<()> {
@@ -151,7 +157,7 @@ fn gemm_shaped(
     let a = call.operand(a, sfa, "a", "sfa")?;
     let b = call.operand(b, sfb, "b", "sfb")?;
     let out = call.tensor(out, "out")?;
-    check_alpha(alpha)?;
+    let alpha = check_alpha(alpha)?;
     check_pair(what, &a, &b)?;
     if gemv && b.meta.rows != 1 {
         return Err(value(format!("gemv: b must have one row per batch, has {}", b.meta.rows)));
@@ -200,7 +206,7 @@ pub fn dual_gemm(
     b2: &Bound<'_, PyAny>,
     sfb2: &Bound<'_, PyAny>,
     out: &Bound<'_, PyAny>,
-    alpha: Option<f32>,
+    alpha: Option<f64>,
     layout: Option<&str>,
     stream: Option<u64>,
 ) -> PyResult<()> {
@@ -209,7 +215,7 @@ pub fn dual_gemm(
     let b1 = call.operand(b1, sfb1, "b1", "sfb1")?;
     let b2 = call.operand(b2, sfb2, "b2", "sfb2")?;
     let out = call.tensor(out, "out")?;
-    check_alpha(alpha)?;
+    let alpha = check_alpha(alpha)?;
     check_pair("dual gemm (a, b1)", &a, &b1)?;
     check_pair("dual gemm (a, b2)", &a, &b2)?;
     if b1.meta.rows != b2.meta.rows {
@@ -237,21 +243,18 @@ fn group_alphas(alpha: Option<&Bound<'_, PyAny>>, g: usize) -> PyResult<Vec<Opti
     let Some(alpha) = alpha.filter(|a| !a.is_none()) else {
         return Ok(vec![None; g]);
     };
-    let list: Vec<Option<f32>> = if let Ok(x) = alpha.extract::<f32>() {
-        vec![Some(x); g]
+    let list: Vec<f64> = if let Ok(x) = alpha.extract::<f64>() {
+        vec![x; g]
     } else {
-        let v: Vec<f32> = alpha
+        let v: Vec<f64> = alpha
             .extract()
             .map_err(|_| crate::error::kind("alpha must be a float or a list of floats, one per group"))?;
         if v.len() != g {
             return Err(value(format!("alpha: {} values for {g} groups", v.len())));
         }
-        v.into_iter().map(Some).collect()
+        v
     };
-    for a in &list {
-        check_alpha(*a)?;
-    }
-    Ok(list)
+    list.into_iter().map(|a| check_alpha(Some(a))).collect()
 }
 
 #[pyfunction]

@@ -358,6 +358,29 @@ def test_error_layout_alpha_and_offsets(rng):
         nvfp4.quantize(np.ones((4, 32), np.float32), global_scale=-1.0)
 
 
+def test_alpha_is_the_librarys_rule_before_f32_rounding(rng):
+    # A Python float is wider than the kernels' f32 alpha: a non-zero one must not round to 0
+    # (every output silently 0) nor overflow there, on every operation.
+    a, sfa = operand(rng, 1, 8, 64)
+    b, sfb = operand(rng, 2, 8, 64)
+    offs = np.array([4, 8], dtype=np.int32)
+    calls = [
+        lambda al: nvfp4.gemm(a, sfa, a, sfa, alpha=al),
+        lambda al: nvfp4.gemv(a, sfa, a[:, :1], sfa[:, :1], alpha=al),
+        lambda al: nvfp4.dual_gemm(a, sfa, a, sfa, a, sfa, alpha=al),
+        lambda al: nvfp4.grouped_gemm([(a[0], sfa[0], a[0], sfa[0])], alpha=al),
+        lambda al: nvfp4.grouped_gemm([(a[0], sfa[0], a[0], sfa[0])], alpha=[al]),
+        lambda al: nvfp4.grouped_gemm((a[0], sfa[0], b, sfb), offsets=offs, alpha=al),
+    ]
+    for call in calls:
+        for alpha, needle in [(1e-50, "rounds to 0"), (-1e-46, "rounds to 0"), (1e39, "overflows"), (float("nan"), "finite")]:
+            with pytest.raises(ValueError, match=needle):
+                call(alpha)
+        # 0 is a value, and the smallest f32 subnormal is not 0.
+        assert not np.any(call(0.0)[0])
+        call(1e-45)
+
+
 def test_error_strides_and_read_only(rng):
     a, sfa = operand(rng, 1, 8, 128)
     a, sfa = a[0], sfa[0]

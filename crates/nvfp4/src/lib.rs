@@ -6,6 +6,10 @@
 //! (cpu, cuda), [`check`] (the SPEC §4 comparison), [`io`] (safetensors files) and [`memory`]
 //! (what the host can give, checked before allocating).
 
+// The library runs inside the CLI and inside Python processes: a print that panics when the
+// stream is closed (the std macros) would take them down.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod backend;
 pub mod bench;
 pub mod check;

@@ -3,8 +3,12 @@
 //! trait that every backend implements.
 
 mod moe;
+mod scalars;
 
 pub use moe::MoeGemm;
+pub(crate) use scalars::check_product;
+pub use scalars::{alpha_from_f64, check_global_scale, effective_alpha, parse_alpha};
+pub(crate) use scalars::{alpha_rule, global_scale_rule};
 
 use crate::format::{F16Tensor, Nvfp4Tensor, OutTensor, OutputDtype};
 use crate::{Error, Result};
@@ -65,19 +69,6 @@ fn same_k(what: &str, x: &Nvfp4Tensor, y: &Nvfp4Tensor) -> Result<()> {
     Ok(())
 }
 
-/// Refuses a non-finite alpha.
-pub(crate) fn check_alpha(alpha: Option<f32>) -> Result<()> {
-    match alpha {
-        Some(a) if !a.is_finite() => Err(Error::Invalid(format!("alpha must be finite, got {a}"))),
-        _ => Ok(()),
-    }
-}
-
-/// The FP32 factor a kernel applies before rounding: alpha times both operands' global scales.
-pub fn effective_alpha(alpha: Option<f32>, a: &Nvfp4Tensor, b: &Nvfp4Tensor) -> f32 {
-    alpha.unwrap_or(1.0) * a.global_scale() * b.global_scale()
-}
-
 impl Gemv {
     /// Checks that A is `[L, M, K]` and B is `[L, 1, K]`.
     pub fn new(a: Nvfp4Tensor, b: Nvfp4Tensor, alpha: Option<f32>) -> Result<Self> {
@@ -86,7 +77,7 @@ impl Gemv {
         if b.rows() != 1 {
             return Err(Error::Shape(format!("gemv: b must have one row per batch, has {}", b.rows())));
         }
-        check_alpha(alpha)?;
+        check_product("gemv", alpha, &a, &b, "b")?;
         Ok(Self { a, b, alpha })
     }
     /// (M, K, L).
@@ -100,7 +91,7 @@ impl Gemm {
     pub fn new(a: Nvfp4Tensor, b: Nvfp4Tensor, alpha: Option<f32>) -> Result<Self> {
         same_l("gemm", &a, &b)?;
         same_k("gemm", &a, &b)?;
-        check_alpha(alpha)?;
+        check_product("gemm", alpha, &a, &b, "b")?;
         Ok(Self { a, b, alpha })
     }
     /// (M, N, K, L).
@@ -119,7 +110,8 @@ impl DualGemm {
         if b1.rows() != b2.rows() {
             return Err(Error::Shape(format!("dual gemm: b1 has N = {}, b2 has N = {}", b1.rows(), b2.rows())));
         }
-        check_alpha(alpha)?;
+        check_product("dual gemm", alpha, &a, &b1, "b1")?;
+        check_product("dual gemm", alpha, &a, &b2, "b2")?;
         Ok(Self { a, b1, b2, alpha })
     }
     /// (M, N, K, L).
@@ -129,7 +121,9 @@ impl DualGemm {
 }
 
 impl GroupedGemm {
-    /// Checks that there is at least one group and every group has L = 1.
+    /// Checks that there is at least one group, every group has L = 1, and every group's scalars
+    /// follow the rules again (a [`Gemm`]'s fields are public, so a group may have changed since
+    /// [`Gemm::new`]).
     pub fn new(groups: Vec<Gemm>) -> Result<Self> {
         if groups.is_empty() {
             return Err(Error::Shape("grouped gemm: no groups".into()));
@@ -139,6 +133,9 @@ impl GroupedGemm {
                 "grouped gemm: group {i} has L = {}, groups must have L = 1",
                 groups[i].a.l()
             )));
+        }
+        for (i, g) in groups.iter().enumerate() {
+            check_product(&format!("grouped gemm: group {i}"), g.alpha, &g.a, &g.b, "b")?;
         }
         Ok(Self { groups })
     }

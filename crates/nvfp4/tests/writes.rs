@@ -128,3 +128,53 @@ fn quantize_refuses_to_write_over_its_input() {
     assert_eq!(listing(&dir), vec!["dense.safetensors"]);
     fs::remove_dir_all(&dir).unwrap();
 }
+
+#[cfg(unix)]
+#[test]
+fn the_writer_itself_refuses_what_it_must_not_replace() {
+    // Without any check first (a library caller's path): a read-only file and a folder are
+    // refused, untouched, and check_output says the same before any work.
+    use nvfp4::io::check_output;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = folder("refuse");
+    let ro = dir.join("ro.bin");
+    fs::write(&ro, b"precious").unwrap();
+    fs::set_permissions(&ro, fs::Permissions::from_mode(0o444)).unwrap();
+    fs::create_dir(dir.join("sub")).unwrap();
+    for (dest, needle) in [(ro.clone(), "read-only"), (dir.join("sub"), "folder"), (dir.join("sub/"), "folder")] {
+        for r in [write_bytes_atomically(&dest, b"new"), check_output(&dest)] {
+            match r {
+                Err(Error::Io { path, source }) => {
+                    let msg = source.to_string();
+                    assert!(path == dest && msg.contains(needle), "{msg}");
+                }
+                other => panic!("{}: expected a refusal, got {other:?}", dest.display()),
+            }
+        }
+    }
+    assert_eq!(fs::read(&ro).unwrap(), b"precious");
+    assert_eq!(listing(&dir), vec!["ro.bin", "sub"]);
+    assert!(listing(&dir.join("sub")).is_empty());
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[cfg(unix)]
+#[test]
+fn a_fifo_is_filled_in_place() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = folder("fifo");
+    let fifo = dir.join("pipe");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = fifo.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(fs::read(reader));
+    });
+    nvfp4::io::check_output(&fifo).unwrap();
+    write_bytes_atomically(&fifo, b"through the pipe").unwrap();
+    let got = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("nothing reached the reader").unwrap();
+    assert_eq!(got, b"through the pipe");
+    assert!(fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    assert_eq!(listing(&dir), vec!["pipe"]);
+    fs::remove_dir_all(&dir).unwrap();
+}

@@ -6,7 +6,7 @@ use rayon::prelude::*;
 
 use crate::format::{Nvfp4Tensor, OutTensor, OutputDtype};
 use crate::memory::{checked_product, checked_sum, ensure_host};
-use crate::ops::{effective_alpha, Backend, DualGemm, Gemm, Gemv, GroupedGemm, MoeGemm};
+use crate::ops::{check_product, effective_alpha, Backend, DualGemm, Gemm, Gemv, GroupedGemm, MoeGemm};
 use crate::problem::cpu_working_bytes;
 use crate::Result;
 
@@ -79,7 +79,10 @@ impl CpuBackend {
         checked_sum([checked_product(&[l, m, n, 2]), cpu_working_bytes(l, m, n, k, sums)])
     }
 
+    /// The operations' fields are public: their scalars are checked again here, so that a changed
+    /// alpha or global scale cannot turn exact zeros into NaN.
     fn gemm_parts(a: &Nvfp4Tensor, b: &Nvfp4Tensor, alpha: Option<f32>, dtype: OutputDtype) -> Result<OutTensor> {
+        check_product("gemm", alpha, a, b, "b")?;
         ensure_host("a CPU GEMM", Self::footprint(a, b, 1))?;
         let bits = round_to(&products(a, b), effective_alpha(alpha, a, b), dtype);
         OutTensor::new(dtype, [a.l(), a.rows(), b.rows()], bits)
@@ -107,6 +110,8 @@ impl Backend for CpuBackend {
     /// x1 and x2 scaled by alpha in f64 and rounded to f32, the gate in f32, one rounding to
     /// `dtype`.
     fn dual_gemm_as(&self, p: &DualGemm, dtype: OutputDtype) -> Result<OutTensor> {
+        check_product("dual gemm", p.alpha, &p.a, &p.b1, "b1")?;
+        check_product("dual gemm", p.alpha, &p.a, &p.b2, "b2")?;
         ensure_host("a CPU dual GEMM", Self::footprint(&p.a, &p.b1, 2))?;
         let (alpha1, alpha2) = (effective_alpha(p.alpha, &p.a, &p.b1), effective_alpha(p.alpha, &p.a, &p.b2));
         let x1 = products(&p.a, &p.b1);

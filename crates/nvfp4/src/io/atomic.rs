@@ -3,37 +3,26 @@
 //! crash, sees the old file or the new one, never a truncated mix, and a failed write leaves the
 //! old file as it was. A destination that is a symbolic link is followed, so the link keeps
 //! pointing at the (replaced) file; an existing file's permissions carry over.
+//!
+//! A character device or a FIFO (`/dev/null`, a named pipe) is written in place instead: it is a
+//! stream, which a rename would destroy rather than fill, and a stream has no "whole or nothing".
+//! Folders, block devices, sockets and read-only files are refused (`destination.rs`), and
+//! [`check_output`] finds all of that, and a folder the process cannot create a file in, before
+//! a command does its work.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::archive::io_err;
+use super::destination::{destination, folder_of, Destination};
 use crate::Result;
-
-/// Symbolic links followed before giving up on a chain (the limit Linux itself uses).
-const MAX_LINKS: usize = 40;
 
 /// Tries at a free temporary name before giving up.
 const MAX_TRIES: u32 = 100;
 
 /// Distinguishes the temporary files of one process.
 static COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// `path`, with every symbolic link at its end followed (a dangling link resolves to the path it
-/// names, which the write then creates).
-fn resolve_links(path: &Path) -> PathBuf {
-    let mut p = path.to_path_buf();
-    for _ in 0..MAX_LINKS {
-        let is_link = fs::symlink_metadata(&p).map(|m| m.file_type().is_symlink()).unwrap_or(false);
-        let Some(target) = is_link.then(|| fs::read_link(&p).ok()).flatten() else { return p };
-        p = match p.parent() {
-            Some(dir) if target.is_relative() => dir.join(target),
-            _ => target,
-        };
-    }
-    p
-}
 
 /// Removes the temporary file unless the write completed.
 struct TempFile {
@@ -51,10 +40,7 @@ impl Drop for TempFile {
 
 /// A fresh, exclusively created temporary file next to `dest`.
 fn create_temp(dest: &Path) -> Result<TempFile> {
-    let dir = match dest.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = folder_of(dest);
     let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "out".into());
     let mut last_err = None;
     for _ in 0..MAX_TRIES {
@@ -69,11 +55,26 @@ fn create_temp(dest: &Path) -> Result<TempFile> {
     Err(io_err(dest, last_err.unwrap_or_else(|| std::io::Error::other("no free temporary name"))))
 }
 
+/// Checks, before any work, that an output can be written at `path`: what [`write_atomically`]
+/// would refuse is refused now, and for a file its temporary file is created and removed again
+/// (a missing folder, a path through a file, a folder without write permission, a read-only file
+/// system). A character device or a FIFO is not opened: opening a FIFO waits for its reader.
+pub fn check_output(path: &Path) -> Result<()> {
+    match destination(path)? {
+        Destination::Replace(dest) => create_temp(&dest).map(drop),
+        Destination::Stream(_) => Ok(()),
+    }
+}
+
 /// Writes `path` through a temporary file (see the module docs): `fill` writes the complete
 /// contents to the path it is given; then the file is synced and renamed over `path`. On any
-/// error the temporary file is removed and `path` is untouched.
+/// error the temporary file is removed and `path` is untouched. A character device or a FIFO is
+/// given to `fill` itself.
 pub fn write_atomically(path: &Path, fill: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
-    let dest = resolve_links(path);
+    let dest = match destination(path)? {
+        Destination::Stream(node) => return fill(&node),
+        Destination::Replace(dest) => dest,
+    };
     let mut temp = create_temp(&dest)?;
     fill(&temp.path)?;
     let file = File::options().write(true).open(&temp.path).map_err(|e| io_err(&temp.path, e))?;
@@ -97,11 +98,8 @@ pub fn write_bytes_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
 /// systems refuse to open folders for this).
 fn sync_folder(dest: &Path) {
     #[cfg(unix)]
-    if let Some(dir) = dest.parent() {
-        let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
-        if let Ok(f) = File::open(dir) {
-            let _ = f.sync_all();
-        }
+    if let Ok(f) = File::open(folder_of(dest)) {
+        let _ = f.sync_all();
     }
     #[cfg(not(unix))]
     let _ = dest;

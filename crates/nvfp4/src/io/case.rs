@@ -21,7 +21,7 @@ use super::archive::{file_err, tensor_err, Archive, Dim, Entry, Writer, IN_MEMOR
 use super::names::{check_case_names, group_suffix, Operand, A, ALPHA, B, B1, B2};
 use crate::format::{blocked_dims, Nvfp4Tensor, ScaleLayout};
 use crate::memory::ensure_host;
-use crate::ops::{DualGemm, Gemm, Gemv, GroupedGemm};
+use crate::ops::{alpha_rule, global_scale_rule, DualGemm, Gemm, Gemv, GroupedGemm};
 use crate::problem::{Problem, ProblemKind, Shape};
 use crate::{Error, Result};
 
@@ -92,8 +92,9 @@ impl Operand {
         let gname = self.global_name(suffix);
         match ar.scalar_f32(&gname)? {
             None => Ok(t),
-            Some(g) if g.is_finite() => Ok(t.with_global_scale(g)),
-            Some(g) => Err(tensor_err(&gname, format!("global scale must be finite, found {g}"))),
+            Some(g) => global_scale_rule(g)
+                .map(|g| t.with_global_scale(g))
+                .map_err(|e| tensor_err(&gname, format!("a global scale {e}"))),
         }
     }
 }
@@ -108,9 +109,19 @@ fn write_alpha(w: &mut Writer, suffix: &str, alpha: Option<f32>) -> Result<()> {
 fn read_alpha(ar: &Archive, suffix: &str) -> Result<Option<f32>> {
     let name = format!("{ALPHA}{suffix}");
     match ar.scalar_f32(&name)? {
-        Some(a) if !a.is_finite() => Err(tensor_err(&name, format!("alpha must be finite, found {a}"))),
-        alpha => Ok(alpha),
+        Some(a) => alpha_rule(a).map(Some).map_err(|e| tensor_err(&name, e)),
+        None => Ok(None),
     }
+}
+
+/// An operation built from the file's tensors (`place` says which group, or is empty): a
+/// refusal of its scalars together (a factor alpha × global(A) × global(B) that overflows or
+/// rounds to 0) names the file.
+fn in_file<T>(ar: &Archive, place: &str, built: Result<T>) -> Result<T> {
+    built.map_err(|e| match e {
+        Error::Invalid(msg) => file_err(ar.origin(), format!("{place}{msg}")),
+        other => other,
+    })
 }
 
 /// Refuses a shape the case-file format cannot hold: the grouped GEMM's MoE form (SPEC §2 names
@@ -215,17 +226,17 @@ fn read_problem(ar: &Archive, kind: ProblemKind) -> Result<Problem> {
             match kind {
                 ProblemKind::Gemv => {
                     let b = B.read(ar, "", [Is(l), Is(1), Is(k2)], "gemv: L and K/2 from `a`, one row")?;
-                    Problem::Gemv(Gemv::new(a, b, read_alpha(ar, "")?)?)
+                    Problem::Gemv(in_file(ar, "", Gemv::new(a, b, read_alpha(ar, "")?))?)
                 }
                 ProblemKind::Gemm => {
                     let b = B.read(ar, "", [Is(l), Any("N"), Is(k2)], "L and K/2 from `a`")?;
-                    Problem::Gemm(Gemm::new(a, b, read_alpha(ar, "")?)?)
+                    Problem::Gemm(in_file(ar, "", Gemm::new(a, b, read_alpha(ar, "")?))?)
                 }
                 _ => {
                     let b1 = B1.read(ar, "", [Is(l), Any("N"), Is(k2)], "L and K/2 from `a`")?;
                     let n = b1.rows();
                     let b2 = B2.read(ar, "", [Is(l), Is(n), Is(k2)], "L and K/2 from `a`, N from `b1`")?;
-                    Problem::DualGemm(DualGemm::new(a, b1, b2, read_alpha(ar, "")?)?)
+                    Problem::DualGemm(in_file(ar, "", DualGemm::new(a, b1, b2, read_alpha(ar, "")?))?)
                 }
             }
         }
@@ -236,7 +247,7 @@ fn read_problem(ar: &Archive, kind: ProblemKind) -> Result<Problem> {
                     let s = group_suffix(i);
                     let a = A.read(ar, &s, [Is(1), Any("M"), Any("K/2")], "grouped: L = 1")?;
                     let b = B.read(ar, &s, [Is(1), Any("N"), Is(a.k() / 2)], "grouped: L = 1, K/2 from `a`")?;
-                    Gemm::new(a, b, read_alpha(ar, &s)?)
+                    in_file(ar, &format!("group {i}: "), Gemm::new(a, b, read_alpha(ar, &s)?))
                 })
                 .collect::<Result<_>>()?;
             Problem::GroupedGemm(GroupedGemm::new(groups)?)

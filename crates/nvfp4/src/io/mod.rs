@@ -3,8 +3,10 @@
 //! - [`case`]: a problem's operands in the physical layouts of SPEC §2 ([`save_problem`],
 //!   [`load_problem`] and in-memory variants); [`output`]: an operation's output ([`save_output`],
 //!   [`load_output`]); `names.rs` says which tensor names a reader accepts.
-//! - [`atomic`]: every file is written through a temporary file renamed into place when complete;
-//!   [`same_file`] tells when an output path names the input.
+//! - [`atomic`]: every file is written through a temporary file renamed into place when complete
+//!   (a character device or a FIFO in place; `destination.rs` says which), and [`check_output`]
+//!   refuses an output that cannot be written before any work; [`same_file`] tells when an output
+//!   path names the input.
 //! - [`weights`]: one NVFP4 linear weight from a ModelOpt or compressed-tensors checkpoint.
 //! - [`quantize`]: a dense f32/f16/bf16 file to NVFP4 in the ModelOpt convention.
 //!
@@ -15,13 +17,14 @@
 mod archive;
 pub mod atomic;
 pub mod case;
+mod destination;
 mod names;
 pub mod output;
 pub mod quantize;
 pub mod same_file;
 pub mod weights;
 
-pub use atomic::{write_atomically, write_bytes_atomically};
+pub use atomic::{check_output, write_atomically, write_bytes_atomically};
 pub use case::{
     check_file_form, load_problem, problem_from_bytes, problem_to_bytes, save_problem, stored_problem_kind, PROBLEM_KEY,
 };

@@ -11,6 +11,7 @@ use half::{bf16, f16};
 use safetensors::Dtype;
 
 use super::archive::{tensor_err, Archive, Entry, Writer};
+use super::atomic::check_output;
 use super::same_file::refuse_same_file;
 use crate::format::{quantize, GlobalScale};
 use crate::memory::{checked_product, checked_sum, ensure_host};
@@ -76,8 +77,9 @@ pub struct QuantizeSummary {
     pub skipped: Vec<Skipped>,
     /// Bytes of the input file.
     pub input_bytes: u64,
-    /// Bytes of the output file.
-    pub output_bytes: u64,
+    /// Bytes of the output file; `None` when the output is a character device or a FIFO,
+    /// written in place, whose size says nothing.
+    pub output_bytes: Option<u64>,
 }
 
 impl fmt::Display for QuantizeSummary {
@@ -95,7 +97,10 @@ impl fmt::Display for QuantizeSummary {
         for s in &self.skipped {
             writeln!(f, "  {s}")?;
         }
-        write!(f, "{} bytes in, {} bytes out", self.input_bytes, self.output_bytes)
+        match self.output_bytes {
+            Some(out) => write!(f, "{} bytes in, {out} bytes out", self.input_bytes),
+            None => write!(f, "{} bytes in, written in place (not a regular file)", self.input_bytes),
+        }
     }
 }
 
@@ -139,11 +144,12 @@ fn quantize_bytes(n: usize, k: usize, elem: usize) -> (Option<u64>, Option<u64>)
     (working, kept)
 }
 
-/// Quantizes the dense file `input` into `output` (see the module docs). Refuses an `output`
-/// that is the `input` file, and, before reading any tensor, a file whose quantization the host
-/// cannot hold. The output replaces `output` only once complete.
+/// Quantizes the dense file `input` into `output` (see the module docs). Refuses, before reading
+/// any tensor, an `output` that is the `input` file or cannot be written ([`check_output`]) and a
+/// file whose quantization the host cannot hold. The output replaces `output` only once complete.
 pub fn quantize_file(input: &Path, output: &Path, options: QuantizeOptions) -> Result<QuantizeSummary> {
     refuse_same_file(input, output)?;
+    check_output(output)?;
     let ar = Archive::open(input)?;
     let mut plan = Vec::new();
     let mut summary = QuantizeSummary::default();
@@ -214,6 +220,6 @@ pub fn quantize_file(input: &Path, output: &Path, options: QuantizeOptions) -> R
         summary.quantized.push((name, [n, k]));
     }
     w.write(output)?;
-    summary.output_bytes = std::fs::metadata(output).map(|m| m.len()).unwrap_or(0);
+    summary.output_bytes = std::fs::metadata(output).ok().filter(|m| m.is_file()).map(|m| m.len());
     Ok(summary)
 }

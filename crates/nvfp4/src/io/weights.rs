@@ -15,6 +15,7 @@ use safetensors::Dtype;
 
 use super::archive::{tensor_err, Archive, Dim, IN_MEMORY};
 use crate::format::{Nvfp4Tensor, ScaleLayout};
+use crate::ops::global_scale_rule;
 use crate::Result;
 
 /// Which checkpoint convention a weight was stored in.
@@ -54,12 +55,12 @@ fn packed(ar: &Archive, values: &str, scales: &str) -> Result<Nvfp4Tensor> {
     Nvfp4Tensor::new(1, n, k, v, s, ScaleLayout::Plain).map_err(|e| tensor_err(values, e.to_string()))
 }
 
-/// A required F32 scalar that must be finite and > 0.
+/// A required F32 scalar under the global-scale rule (finite and > 0; the reciprocal that
+/// compressed-tensors stores too).
 fn positive_scalar(ar: &Archive, name: &str) -> Result<f32> {
     match ar.scalar_f32(name)? {
         None => Err(tensor_err(name, "missing from the file (expected an F32 scalar, shape [] or [1])")),
-        Some(v) if v.is_finite() && v > 0.0 => Ok(v),
-        Some(v) => Err(tensor_err(name, format!("must be finite and > 0, found {v}"))),
+        Some(v) => global_scale_rule(v).map_err(|e| tensor_err(name, e)),
     }
 }
 

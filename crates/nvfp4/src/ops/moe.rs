@@ -5,7 +5,7 @@
 
 use std::ops::Range;
 
-use super::{check_alpha, same_k, Gemm};
+use super::{check_product, same_k, Gemm};
 use crate::format::{Nvfp4Tensor, OutTensor, OutputDtype};
 use crate::{Error, Result};
 
@@ -66,7 +66,7 @@ impl MoeGemm {
             }
             prev = o as i64;
         }
-        check_alpha(self.alpha)
+        check_product("moe gemm", self.alpha, &self.a, &self.b, "b")
     }
 
     /// Expert count E.

@@ -2,7 +2,7 @@
 //! it, and what running it returns.
 
 use crate::format::{F16Tensor, ScaleLayout};
-use crate::ops::{check_alpha, Backend, DualGemm, Gemm, Gemv, GroupedGemm, MoeGemm};
+use crate::ops::{check_product, Backend, DualGemm, Gemm, Gemv, GroupedGemm, MoeGemm};
 use crate::problem::ProblemKind;
 use crate::Result;
 
@@ -66,10 +66,24 @@ impl Problem {
         })
     }
 
-    /// Sets the alpha of the operation (of every group for the grouped GEMM); a non-finite alpha
-    /// is refused, as the operations' constructors refuse it.
+    /// Sets the alpha of the operation (of every group for the grouped GEMM), refused as the
+    /// operations' constructors refuse it: not finite, or making a factor alpha × global(A) ×
+    /// global(B) overflow or round to 0 (`ops/scalars.rs`). On a refusal nothing changes.
     pub fn set_alpha(&mut self, alpha: Option<f32>) -> Result<()> {
-        check_alpha(alpha)?;
+        match self {
+            Problem::Gemv(x) => check_product("gemv", alpha, &x.a, &x.b, "b")?,
+            Problem::Gemm(x) => check_product("gemm", alpha, &x.a, &x.b, "b")?,
+            Problem::DualGemm(x) => {
+                check_product("dual gemm", alpha, &x.a, &x.b1, "b1")?;
+                check_product("dual gemm", alpha, &x.a, &x.b2, "b2")?;
+            }
+            Problem::GroupedGemm(x) => {
+                for (i, g) in x.groups.iter().enumerate() {
+                    check_product(&format!("grouped gemm: group {i}"), alpha, &g.a, &g.b, "b")?;
+                }
+            }
+            Problem::Moe(x) => check_product("moe gemm", alpha, &x.a, &x.b, "b")?,
+        }
         match self {
             Problem::Gemv(x) => x.alpha = alpha,
             Problem::Gemm(x) => x.alpha = alpha,

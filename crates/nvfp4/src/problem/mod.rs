@@ -53,6 +53,17 @@ impl ProblemKind {
     pub fn exact_data(self) -> bool {
         self != ProblemKind::DualGemm
     }
+
+    /// The command-line forms of this kind's shapes, as [`Shape::parse`] reads them.
+    pub fn shape_forms(self) -> &'static str {
+        match self {
+            ProblemKind::Gemv => "MxKxL or MxK (L = 1)",
+            ProblemKind::Gemm | ProblemKind::DualGemm => "MxNxK or MxNxKxL",
+            ProblemKind::GroupedGemm => {
+                "m1,m2,../n1,../k1,.. (one N or K for every group) or moe:c1,c2,../N/K (tokens per expert)"
+            }
+        }
+    }
 }
 
 impl fmt::Display for ProblemKind {
@@ -106,7 +117,7 @@ impl Shape {
     /// `m1,m2,../n1,../k1,..` (grouped-gemm; a single N or K applies to every group), or
     /// `moe:c1,c2,../N/K` (grouped-gemm in the MoE form: tokens per expert, one N and K).
     pub fn parse(kind: ProblemKind, s: &str) -> Result<Self> {
-        let bad = || Error::Invalid(format!("bad {kind} shape `{s}`"));
+        let bad = || Error::Invalid(format!("bad {kind} shape `{s}`: expected {}", kind.shape_forms()));
         let dims = |t: &str, sep: char| -> Result<Vec<usize>> {
             t.split(sep).map(|d| d.trim().parse::<usize>().map_err(|_| bad())).collect()
         };

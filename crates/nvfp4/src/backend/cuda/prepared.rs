@@ -3,6 +3,7 @@
 //! the host-data [`Backend`](crate::Backend) methods run once.
 
 use super::backend::CudaBackend;
+use std::io::Write;
 use std::sync::Arc;
 
 use super::device::{self, DeviceF16, DeviceNvfp4, F16View, Nvfp4View};
@@ -155,7 +156,8 @@ impl Prepared {
     /// Enqueues the kernel(s) on the backend's stream; no allocation, no copy, no sync.
     pub fn launch(&mut self) -> Result<()> {
         if self.print_config {
-            eprintln!("nvfp4 config: {}", self.describe());
+            // Not eprintln!, which panics when stderr is closed: a lost diagnostic is no failure.
+            let _ = writeln!(std::io::stderr(), "nvfp4 config: {}", self.describe());
             self.print_config = false;
         }
         self.bound.launch()
