@@ -31,6 +31,7 @@ fn _nvfp4(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(moe::grouped_gemm_moe, m)?)?;
     m.add_function(wrap_pyfunction!(quantize::quantize, m)?)?;
     m.add_function(wrap_pyfunction!(weights::load_linear, m)?)?;
+    m.add_function(wrap_pyfunction!(operand::scale_layout_of, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_available, m)?)?;
     Ok(())
 }

@@ -3,10 +3,11 @@
 Every operation takes NVFP4 operands as (packed values, scales): values uint8 (or
 torch.float4_e2m1fn_x2) of shape [rows, K/2] or [L, rows, K/2], two E2M1 per byte with the even k
 in the low nibble; scales float8_e4m3fn (or uint8), plain [.., rows, K/16] or blocked
-[L, ceil(rows/128), ceil(K/64), 512] (the layout is told from the shape, or forced with
-``layout=``). CUDA tensors run on the GPU, zero-copy, on the current torch stream of their device
-(read at every call, so the operations work under ``torch.cuda.stream`` and CUDA graph capture);
-CPU tensors (torch or NumPy) run on the exact CPU reference. Results are float16, or bfloat16
+[L, ceil(rows/128), ceil(K/64), 512] (the layout is told from the shape; a shape that reads both
+ways needs ``layout=``, which also forces one). CUDA tensors run on the GPU, zero-copy, on the
+current torch stream of their device (read at every call, so the operations work under
+``torch.cuda.stream`` and CUDA graph capture); CPU tensors (torch or NumPy) run on the exact CPU
+reference. Results are float16, or bfloat16
 with ``out_dtype=torch.bfloat16`` (or ``"bfloat16"``, or a bfloat16 ``out=``), rounded once from
 the accumulator; ``alpha`` multiplies before that rounding. ``out=`` writes into an existing
 tensor. NumPy has no bfloat16: a bfloat16 result of NumPy operands is a CPU torch tensor (torch
@@ -221,9 +222,12 @@ def _grouped_moe(operands, offsets, alpha, layout, out, dtype):
 def quantize(x, global_scale=None, layout="plain", *, out=None):
     """Quantizes f32/f16/bf16 ``x`` ([rows, K] or [L, rows, K]) to NVFP4 in the ModelOpt
     convention: returns (values uint8 [.., K/2], scales float8_e4m3fn (torch) or uint8 (NumPy),
-    global_scale float32 [1]). ``global_scale``: None (amax / (6 * 448), computed where x lives),
-    a float, or a one-element float32 tensor on x's device (read by the kernel: graph-safe).
-    Bit-identical on the GPU and the CPU. ``out=(values, scales, global)`` reuses buffers.
+    global_scale float32 [1]). Scales are plain [.., rows, K/16], or with ``layout="blocked"``
+    [L, ceil(rows/128), ceil(K/64), 512] (4-D also for a 2-D ``x``: a shape no plain scales
+    have, so the operations read them back as blocked). ``global_scale``: None (amax / (6 * 448),
+    computed where x lives), a float, or a one-element float32 tensor on x's device (read by the
+    kernel: graph-safe). Bit-identical on the GPU and the CPU. ``out=(values, scales, global)``
+    reuses buffers.
     """
     s = _shape(x, "x")
     if len(s) not in (2, 3):
@@ -236,8 +240,7 @@ def quantize(x, global_scale=None, layout="plain", *, out=None):
             sshape = lead + (k // 16,)
         else:
             l_, rows = (1, s[0]) if len(s) == 2 else (s[0], s[1])
-            r, c = -(-rows // 128), -(-(k // 16) // 4)
-            sshape = (l_, r, c, 512) if len(s) == 3 else (r, c, 512)
+            sshape = (l_, -(-rows // 128), -(-(k // 16) // 4), 512)
         values = _empty(x, lead + (k // 2,), "uint8")
         scales = _empty(x, sshape, "uint8")
         glob = _empty(x, (1,), "float32")
