@@ -227,7 +227,7 @@ def quantize(x, global_scale=None, layout="plain", *, out=None):
     have, so the operations read them back as blocked). ``global_scale``: None (amax / (6 * 448),
     computed where x lives), a float, or a one-element float32 tensor on x's device (read by the
     kernel: graph-safe). Bit-identical on the GPU and the CPU. ``out=(values, scales, global)``
-    reuses buffers.
+    reuses buffers of those shapes.
     """
     s = _shape(x, "x")
     if len(s) not in (2, 3):
@@ -241,7 +241,7 @@ def quantize(x, global_scale=None, layout="plain", *, out=None):
         else:
             l_, rows = (1, s[0]) if len(s) == 2 else (s[0], s[1])
             sshape = (l_, -(-rows // 128), -(-(k // 16) // 4), 512)
-        values = _empty(x, lead + (k // 2,), "uint8")
+        values = values_ret = _empty(x, lead + (k // 2,), "uint8")
         scales = _empty(x, sshape, "uint8")
         glob = _empty(x, (1,), "float32")
         if _is_torch(x) and hasattr(_torch, "float8_e4m3fn"):
@@ -249,7 +249,11 @@ def quantize(x, global_scale=None, layout="plain", *, out=None):
         else:
             scales_ret = scales
     else:
-        values, scales_ret, glob = out
-        (scales,) = _args(scales_ret)
+        if not isinstance(out, (tuple, list)):
+            raise TypeError(f"out= must be a tuple (values, scales, global_scale), got {type(out).__name__}")
+        if len(out) != 3:
+            raise ValueError(f"out= must be a tuple of 3 tensors (values, scales, global_scale), got {len(out)}")
+        values_ret, scales_ret, glob = out
+        values, scales = _args(values_ret, scales_ret)
     _nvfp4.quantize(x, values, scales, glob, global_scale, layout, _stream(x))
-    return values, scales_ret, glob
+    return values_ret, scales_ret, glob
