@@ -2,7 +2,8 @@
 //! (anything that speaks DLPack: torch, numpy, ...) and writes into the output the Python layer
 //! allocated; CUDA tensors run on the CUDA backend on the stream the Python layer read from torch
 //! at this call, CPU tensors on the CPU backend. Errors are `ValueError` (shapes, dtypes,
-//! arguments), `TypeError` (objects that are not tensors) and `RuntimeError` (CUDA).
+//! arguments), `TypeError` (objects that are not tensors) and `RuntimeError` (CUDA, and host memory
+//! a CPU operation would need but the host does not have).
 
 mod cuda;
 mod error;
