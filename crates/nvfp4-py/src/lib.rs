@@ -2,7 +2,8 @@
 //! (anything that speaks DLPack: torch, numpy, ...) and writes into the output the Python layer
 //! allocated; CUDA tensors run on the CUDA backend on the stream the Python layer read from torch
 //! at this call, CPU tensors on the CPU backend. Errors are `ValueError` (shapes, dtypes,
-//! arguments), `TypeError` (objects that are not tensors) and `RuntimeError` (CUDA).
+//! arguments), `TypeError` (objects that are not tensors) and `RuntimeError` (CUDA, and host memory
+//! a CPU operation would need but the host does not have).
 
 mod cuda;
 mod error;
@@ -31,6 +32,7 @@ fn _nvfp4(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(moe::grouped_gemm_moe, m)?)?;
     m.add_function(wrap_pyfunction!(quantize::quantize, m)?)?;
     m.add_function(wrap_pyfunction!(weights::load_linear, m)?)?;
+    m.add_function(wrap_pyfunction!(operand::scale_layout_of, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_available, m)?)?;
     Ok(())
 }

@@ -5,6 +5,8 @@
 use nvfp4::backend::cuda::{F16View, Nvfp4Meta, Nvfp4View};
 use nvfp4::{Nvfp4Tensor, OutputDtype, ScaleLayout};
 
+use pyo3::prelude::*;
+
 use crate::error::{value, IntoPy, PyResult};
 use crate::tensor::{Dtype, Tensor};
 
@@ -18,6 +20,98 @@ pub fn parse_layout(layout: Option<&str>) -> PyResult<Option<ScaleLayout>> {
     }
 }
 
+/// The logical size of packed values `[rows, K/2]` or `[L, rows, K/2]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ValueDims {
+    pub l: usize,
+    pub rows: usize,
+    pub k: usize,
+    /// Whether the values were 2-D (L = 1, no batch dimension).
+    pub flat: bool,
+}
+
+impl ValueDims {
+    /// The dimensions of packed values of shape `shape` (argument `name`, for messages): L, rows
+    /// and K all at least 1, K a multiple of 16.
+    pub fn of(shape: &[usize], name: &str) -> PyResult<Self> {
+        let (l, rows, half) = match *shape {
+            [rows, half] => (1, rows, half),
+            [l, rows, half] => (l, rows, half),
+            _ => {
+                return Err(value(format!(
+                    "{name}: packed values must be [rows, K/2] or [L, rows, K/2], got shape {shape:?}"
+                )))
+            }
+        };
+        let k = 2 * half;
+        if l == 0 || rows == 0 || k == 0 {
+            return Err(value(format!("{name}: shape {shape:?} has a zero dimension")));
+        }
+        if !k.is_multiple_of(16) {
+            return Err(crate::error::to_py(nvfp4::Error::KNotMultipleOf16 { k }));
+        }
+        Ok(Self { l, rows, k, flat: shape.len() == 2 })
+    }
+}
+
+/// The dimensions of packed values of shape `values` and the layout of their scales of shape
+/// `scales` (docs/FORMAT.md §2, "Scale shapes in Python"); `names`: the two arguments' names.
+/// Plain: the values' shape with K/16 for K/2, or flat (1-D) of L·rows·K/16 bytes. Blocked:
+/// `[L, R, C, 512]`, `[R, C, 512]` when L = 1, or flat of L·R·C·512 bytes. A shape that reads
+/// both ways (flat when rows % 128 == 0 and K/16 % 4 == 0, where both lengths agree; `[1, 128,
+/// 512]` for values `[1, 128, 4096]`) is refused unless `layout` says which: a guess would read
+/// the wrong bytes. `layout` also forces a layout the shape allows.
+pub fn scale_layout(
+    values: &[usize],
+    scales: &[usize],
+    layout: Option<ScaleLayout>,
+    [vn, sn]: [&str; 2],
+) -> PyResult<(ValueDims, ScaleLayout)> {
+    let dims = ValueDims::of(values, vn)?;
+    let ValueDims { l, rows, k, flat } = dims;
+    let plain: Vec<usize> = if flat { vec![rows, k / 16] } else { vec![l, rows, k / 16] };
+    let (r, c) = nvfp4::format::layout::blocked_dims(rows, k / 16);
+    let plain_len = ScaleLayout::Plain.len(l, rows, k);
+    let blocked_len = ScaleLayout::Blocked.len(l, rows, k);
+    let is_plain = scales == plain || scales == [plain_len];
+    let is_blocked = scales == [l, r, c, 512] || (l == 1 && scales == [r, c, 512]) || scales == [blocked_len];
+    let plain_text = format!("plain {plain:?} (or flat [{plain_len}])");
+    let blocked_text = format!("blocked [{l}, {r}, {c}, 512] (or flat [{blocked_len}])");
+    match (layout, is_plain, is_blocked) {
+        (Some(ScaleLayout::Plain), true, _) | (None, true, false) => Ok((dims, ScaleLayout::Plain)),
+        (Some(ScaleLayout::Blocked), _, true) | (None, false, true) => Ok((dims, ScaleLayout::Blocked)),
+        (None, true, true) => Err(value(format!(
+            "{sn}: shape {scales:?} reads both as plain and as blocked scales for {vn} of shape \
+             {values:?}: pass layout=\"plain\" or layout=\"blocked\""
+        ))),
+        (want, _, _) => {
+            let what = match want {
+                Some(ScaleLayout::Plain) => plain_text,
+                Some(ScaleLayout::Blocked) => blocked_text,
+                None => format!("{plain_text} or {blocked_text}"),
+            };
+            Err(value(format!("{sn}: scales for {vn} of shape {values:?} must be {what}, got {scales:?}")))
+        }
+    }
+}
+
+/// `_nvfp4.scale_layout(values_shape, scales_shape, layout=None)`: the layout ("plain" or
+/// "blocked") the operations read scales of this shape in, by the rule of [`scale_layout`]
+/// (shapes only: it works on any tensor, fake ones included). `nvfp4.torch.dequantize` uses it.
+#[pyfunction]
+#[pyo3(name = "scale_layout", signature = (values_shape, scales_shape, layout=None))]
+pub fn scale_layout_of(
+    values_shape: Vec<usize>,
+    scales_shape: Vec<usize>,
+    layout: Option<&str>,
+) -> PyResult<&'static str> {
+    let (_, found) = scale_layout(&values_shape, &scales_shape, parse_layout(layout)?, ["values", "scales"])?;
+    Ok(match found {
+        ScaleLayout::Plain => "plain",
+        ScaleLayout::Blocked => "blocked",
+    })
+}
+
 /// An NVFP4 operand: values `[rows, K/2]` or `[L, rows, K/2]` and their scales.
 pub struct Operand {
     pub values: Tensor,
@@ -28,9 +122,8 @@ pub struct Operand {
 }
 
 impl Operand {
-    /// Checks dtypes and shapes and tells the scale layout from the scales' shape: plain
-    /// `[.., rows, K/16]` like the values, or blocked `[L, R, C, 512]`, `[R, C, 512]` (L = 1) or
-    /// flat with the blocked length. `layout` forces one.
+    /// Checks dtypes and shapes and tells the scale layout from the scales' shape
+    /// ([`scale_layout`]); `layout` forces one.
     pub fn new(values: Tensor, scales: Tensor, layout: Option<ScaleLayout>) -> PyResult<Self> {
         let (v, s) = (&values, &scales);
         if v.dtype != Dtype::U8 && v.dtype != Dtype::E2m1x2 {
@@ -39,53 +132,9 @@ impl Operand {
         if s.dtype != Dtype::U8 && s.dtype != Dtype::E4m3 {
             return Err(value(format!("{}: scales must be float8_e4m3fn or uint8, got {}", s.name, s.dtype)));
         }
-        let (l, rows, half) = match v.shape[..] {
-            [rows, half] => (1, rows, half),
-            [l, rows, half] => (l, rows, half),
-            _ => {
-                return Err(value(format!(
-                    "{}: packed values must be [rows, K/2] or [L, rows, K/2], got shape {:?}",
-                    v.name, v.shape
-                )))
-            }
-        };
-        let k = 2 * half;
-        if l == 0 || rows == 0 || k == 0 {
-            return Err(value(format!("{}: shape {:?} has a zero dimension", v.name, v.shape)));
-        }
-        if !k.is_multiple_of(16) {
-            return Err(crate::error::to_py(nvfp4::Error::KNotMultipleOf16 { k }));
-        }
-        let flat = v.shape.len() == 2;
-        let plain: Vec<usize> = if flat { vec![rows, k / 16] } else { vec![l, rows, k / 16] };
-        let (r, c) = nvfp4::format::layout::blocked_dims(rows, k / 16);
-        let blocked_len = ScaleLayout::Blocked.len(l, rows, k);
-        let is_blocked = s.shape == [l, r, c, 512] || (l == 1 && s.shape == [r, c, 512]) || s.shape == [blocked_len];
-        let found = if s.shape == plain {
-            Some(ScaleLayout::Plain)
-        } else if is_blocked {
-            Some(ScaleLayout::Blocked)
-        } else {
-            None
-        };
-        let layout = match (layout, found) {
-            (None, Some(f)) => f,
-            (Some(want), Some(f)) if want == f => f,
-            (Some(ScaleLayout::Blocked), _) if is_blocked => ScaleLayout::Blocked,
-            (want, _) => {
-                let what = match want {
-                    Some(ScaleLayout::Plain) => format!("plain {plain:?}"),
-                    Some(ScaleLayout::Blocked) => format!("blocked [{l}, {r}, {c}, 512]"),
-                    None => format!("plain {plain:?} or blocked [{l}, {r}, {c}, 512]"),
-                };
-                return Err(value(format!(
-                    "{}: scales for {} of shape {:?} must be {what}, got {:?}",
-                    s.name, v.name, v.shape, s.shape
-                )));
-            }
-        };
-        let meta = Nvfp4Meta { l, rows, k, layout, global_scale: 1.0 };
-        Ok(Self { values, scales, meta, flat })
+        let (dims, layout) = scale_layout(&v.shape, &s.shape, layout, [&v.name, &s.name])?;
+        let meta = Nvfp4Meta { l: dims.l, rows: dims.rows, k: dims.k, layout, global_scale: 1.0 };
+        Ok(Self { values, scales, meta, flat: dims.flat })
     }
 
     /// A host copy (the CPU backend).

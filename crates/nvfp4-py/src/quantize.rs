@@ -73,14 +73,13 @@ pub fn quantize(
     let g_out = imports.tensor(global_out, "global_out")?;
     check_scalar(&g_out)?;
     g_out.writable()?;
-    let out = Operand::new(v, s, Some(layout))?;
-    let want = (l, rows, k);
-    if (out.meta.l, out.meta.rows, out.meta.k) != want {
-        return Err(value(format!(
-            "values: [L, rows, K] = {:?} does not match x's {want:?}",
-            (out.meta.l, out.meta.rows, out.meta.k)
-        )));
+    // The values first: the scales' expected shape follows from theirs.
+    if v.shape != [l, rows, k / 2] && !(l == 1 && v.shape == [rows, k / 2]) {
+        let mut want = x.shape.clone();
+        want[x.shape.len() - 1] = k / 2;
+        return Err(value(format!("values: must be {want:?} for x of shape {:?}, got {:?}", x.shape, v.shape)));
     }
+    let out = Operand::new(v, s, Some(layout))?;
     out.values.writable()?;
     out.scales.writable()?;
     // The global scale: None (ModelOpt, from x's amax), a float, or a one-float tensor.

@@ -64,9 +64,53 @@ impl std::fmt::Display for Dtype {
             Dtype::F16 => f.write_str("float16"),
             Dtype::Bf16 => f.write_str("bfloat16"),
             Dtype::F32 => f.write_str("float32"),
-            Dtype::Other(c, b, l) => write!(f, "DLPack dtype (code {c}, {b} bits, {l} lanes)"),
+            Dtype::Other(c, b, l) => other_dtype_name(*c, *b, *l, f),
         }
     }
+}
+
+/// The name of a DLPack type the binding does not take, as NumPy and torch spell it (`float64`,
+/// `int64`, `bool`, `complex64`, `float8_e5m2`; `_x{lanes}` for vector types), so a message
+/// says what the caller passed; DLPack's numbers only for a code DLPack does not define.
+fn other_dtype_name(code: u8, bits: u8, lanes: u16, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    let family = match DLDataTypeCode(code) {
+        DLDataTypeCode::INT => "int",
+        DLDataTypeCode::UINT => "uint",
+        DLDataTypeCode::FLOAT => "float",
+        DLDataTypeCode::BFLOAT => "bfloat",
+        DLDataTypeCode::COMPLEX => "complex",
+        DLDataTypeCode::BOOL => "bool",
+        DLDataTypeCode::OPAQUEHANDLE => "opaque handle",
+        DLDataTypeCode::FLOAT8_E3M4 => "float8_e3m4",
+        DLDataTypeCode::FLOAT8_E4M3 => "float8_e4m3",
+        DLDataTypeCode::FLOAT8_E4M3B11FNUZ => "float8_e4m3b11fnuz",
+        DLDataTypeCode::FLOAT8_E4M3FN => "float8_e4m3fn",
+        DLDataTypeCode::FLOAT8_E4M3FNUZ => "float8_e4m3fnuz",
+        DLDataTypeCode::FLOAT8_E5M2 => "float8_e5m2",
+        DLDataTypeCode::FLOAT8_E5M2FNUZ => "float8_e5m2fnuz",
+        DLDataTypeCode::FLOAT8_E8M0FNU => "float8_e8m0fnu",
+        DLDataTypeCode::FLOAT6_E2M3FN => "float6_e2m3fn",
+        DLDataTypeCode::FLOAT6_E3M2FN => "float6_e3m2fn",
+        DLDataTypeCode::FLOAT4_E2M1FN => "float4_e2m1fn",
+        _ => return write!(f, "an unknown DLPack type (code {code}, {bits} bits, {lanes} lanes)"),
+    };
+    // The bit width is part of the name for the families that come in several widths.
+    let sized = matches!(
+        DLDataTypeCode(code),
+        DLDataTypeCode::INT
+            | DLDataTypeCode::UINT
+            | DLDataTypeCode::FLOAT
+            | DLDataTypeCode::BFLOAT
+            | DLDataTypeCode::COMPLEX
+    );
+    f.write_str(family)?;
+    if sized {
+        write!(f, "{bits}")?;
+    }
+    if lanes != 1 {
+        write!(f, "_x{lanes}")?;
+    }
+    Ok(())
 }
 
 fn dtype_of(code: DLDataTypeCode, bits: u8, lanes: u16) -> Dtype {
@@ -136,7 +180,10 @@ fn describe(t: &TensorRef<'_>, name: &str) -> PyResult<(Device, Dtype, Vec<usize
     let dt = t.dtype();
     let dtype = dtype_of(dt.code, dt.bits, dt.lanes);
     let shape: Vec<usize> = t.shape().iter().map(|&d| d.max(0) as usize).collect();
-    if let Some(strides) = t.strides() {
+    // A tensor without elements has no layout to check (producers give it any strides); the
+    // operations refuse it by its zero dimension, which is what is wrong with it.
+    let empty = shape.contains(&0);
+    if let (Some(strides), false) = (t.strides(), empty) {
         let mut want = 1i64;
         for (&d, &s) in t.shape().iter().zip(strides).rev() {
             if d != 1 && s != want {
@@ -240,6 +287,9 @@ impl Importer {
                 let ty = obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
                 return kind(format!("{name}: expected a tensor or array (DLPack), got {ty}"));
             }
+            if e.is_instance_of::<pyo3::exceptions::PyBufferError>(obj.py()) {
+                return unexportable(obj, name, &e);
+            }
             e
         };
         let request = ImportRequest::new(obj.as_borrowed()).map_err(named)?;
@@ -272,6 +322,19 @@ impl Importer {
             _owner: Owner::Managed { _tensor: imported },
         })
     }
+}
+
+/// The `ValueError` for an object its producer refused to export (a `BufferError`): NumPy
+/// refuses big-endian arrays, which the message then names with the conversion that fixes them.
+fn unexportable(obj: &Bound<'_, PyAny>, name: &str, e: &PyErr) -> PyErr {
+    let native = obj.getattr("dtype").and_then(|d| d.getattr("isnative")).and_then(|n| n.extract::<bool>());
+    if let Ok(false) = native {
+        return value(format!(
+            "{name}: a big-endian (non-native byte order) array: DLPack takes native byte order only; \
+             convert it with .astype(a.dtype.newbyteorder(\"=\"))"
+        ));
+    }
+    value(format!("{name}: its producer refused to export it through DLPack: {e}"))
 }
 
 impl Tensor {

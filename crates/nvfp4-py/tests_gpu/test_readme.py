@@ -1,5 +1,6 @@
-"""The README's Python example runs as written (issue 11): the first ```python block of the
-README's "## Python" section, executed as it stands. The README is read next to this folder (the
+"""The README's torch example runs as written (issue 11): the first ```python block after the
+README's "## Python" section names this file, executed as it stands (the section's NumPy example
+is the CPU suite's, tests/test_readme_numpy.py). The README is read next to this folder (the
 staged GPU folder of `scripts/stage-gpu.sh`) or at the repository root; a missing README fails."""
 
 import pathlib
@@ -21,8 +22,10 @@ def readme_example():
         pytest.fail("README.md is neither next to tests_gpu/ (staged) nor at the repository root")
     section = text.split("\n## Python\n", 1)
     assert len(section) == 2, "README.md has no '## Python' section"
-    block = re.search(r"```python\n(.*?)```", section[1], re.S)
-    assert block, "the README's Python section has no ```python block"
+    named = section[1].split("tests_gpu/test_readme.py", 1)
+    assert len(named) == 2, "the README's Python section does not name tests_gpu/test_readme.py"
+    block = re.search(r"```python\n(.*?)```", named[1], re.S)
+    assert block, "no ```python block follows the README's mention of tests_gpu/test_readme.py"
     return block.group(1)
 
 

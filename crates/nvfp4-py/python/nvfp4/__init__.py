@@ -2,15 +2,30 @@
 
 Every operation takes NVFP4 operands as (packed values, scales): values uint8 (or
 torch.float4_e2m1fn_x2) of shape [rows, K/2] or [L, rows, K/2], two E2M1 per byte with the even k
-in the low nibble; scales float8_e4m3fn (or uint8), plain [.., rows, K/16] or blocked
-[L, ceil(rows/128), ceil(K/64), 512] (the layout is told from the shape, or forced with
-``layout=``). CUDA tensors run on the GPU, zero-copy, on the current torch stream of their device
-(read at every call, so the operations work under ``torch.cuda.stream`` and CUDA graph capture);
-CPU tensors (torch or NumPy) run on the exact CPU reference. Results are float16, or bfloat16
-with ``out_dtype=torch.bfloat16`` (or ``"bfloat16"``, or a bfloat16 ``out=``), rounded once from
-the accumulator; ``alpha`` multiplies before that rounding. ``out=`` writes into an existing
-tensor. NumPy has no bfloat16: a bfloat16 result of NumPy operands is a CPU torch tensor (torch
-needed).
+in the low nibble; scales float8_e4m3fn (or uint8), one E4M3 per 16 values along K.
+
+Scale shapes (R = ceil(rows/128), C = ceil(K/64)): plain scales have the values' shape with K/16
+in place of K/2 ([rows, K/16] or [L, rows, K/16]); blocked scales (SPEC §2's 128x4 tiles) are
+[L, R, C, 512], or [R, C, 512] when L = 1. A 1-D tensor is plain when it holds L*rows*K/16 bytes
+and blocked when it holds L*R*C*512. Where one shape reads both ways (1-D when rows is a multiple of
+128 and K of 64; [1, 128, 512] for values [1, 128, 4096]) the operation refuses to guess: pass
+``layout="plain"`` or ``layout="blocked"``, which also forces a layout wherever it is given.
+``quantize(x, layout="blocked")`` returns the 4-D form, which reads back as blocked.
+
+No operation takes global scales: pass ``alpha=global_a * global_b`` (the global scales
+``quantize`` returns, or a checkpoint's ``weight_scale_2`` times ``input_scale``); without it the
+result is the product of the unscaled E2M1 x E4M3 values.
+
+CUDA tensors run on the GPU, zero-copy, on the current torch stream of their device (read at every
+call, so the operations work under ``torch.cuda.stream`` and CUDA graph capture); CPU tensors
+(torch or NumPy) run on the exact CPU reference. Results are float16, or bfloat16 with
+``out_dtype=torch.bfloat16`` (or ``"bfloat16"``, or a bfloat16 ``out=``), rounded once from the
+accumulator; ``alpha`` multiplies before that rounding. ``out=`` writes into an existing tensor.
+NumPy has no bfloat16: a bfloat16 result of NumPy operands is a CPU torch tensor (torch needed).
+
+Errors: ``ValueError`` (shapes, dtypes, layouts, arrays DLPack cannot carry such as big-endian
+ones), ``TypeError`` (not a tensor), ``RuntimeError`` (CUDA, and a CPU operation whose working
+memory the host does not have, refused before anything is allocated).
 """
 
 from . import _nvfp4
@@ -141,7 +156,8 @@ def _out_dtype(out_dtype, out):
 
 
 def gemm(a, sfa, b, sfb, *, alpha=None, layout=None, out=None, out_dtype=None):
-    """c[l, m, n] = sum_k A[l, m, k] * B[l, n, k] (A @ B^T, B rows are N like a Linear weight)."""
+    """c[l, m, n] = alpha * sum_k A[l, m, k] * B[l, n, k] (A @ B^T, B rows are N like a Linear
+    weight); ``alpha``: the product of A's and B's global scales, if they have any."""
     dtype = _out_dtype(out_dtype, out)
     if out is None:
         out = _empty(a, _out_shape(a, b, _rows(b, "b")[-2]), dtype)
@@ -150,7 +166,8 @@ def gemm(a, sfa, b, sfb, *, alpha=None, layout=None, out=None, out_dtype=None):
 
 
 def gemv(a, sfa, b, sfb, *, alpha=None, layout=None, out=None, out_dtype=None):
-    """Batched GEMV: c[l, m] = sum_k A[l, m, k] * B[l, k]; b is [L, 1, K/2]; output [L, M, 1]."""
+    """Batched GEMV: c[l, m] = alpha * sum_k A[l, m, k] * B[l, k]; b is [L, 1, K/2]; output
+    [L, M, 1]; ``alpha``: the product of the global scales, if any."""
     dtype = _out_dtype(out_dtype, out)
     if out is None:
         out = _empty(a, _out_shape(a, b, 1), dtype)
@@ -159,8 +176,8 @@ def gemv(a, sfa, b, sfb, *, alpha=None, layout=None, out=None, out_dtype=None):
 
 
 def dual_gemm(a, sfa, b1, sfb1, b2, sfb2, *, alpha=None, layout=None, out=None, out_dtype=None):
-    """Gated dual GEMM (SwiGLU): f16(silu(A @ B1^T) * (A @ B2^T)) (or bf16), alpha applied to each
-    product."""
+    """Gated dual GEMM (SwiGLU): f16(silu(A @ B1^T) * (A @ B2^T)) (or bf16), alpha (the product
+    of the global scales, B1 and B2 sharing one) applied to each product."""
     dtype = _out_dtype(out_dtype, out)
     if out is None:
         out = _empty(a, _out_shape(a, b1, _rows(b1, "b1")[-2]), dtype)
@@ -172,16 +189,18 @@ def grouped_gemm(groups, *, alpha=None, layout=None, out=None, out_dtype=None, o
     """Grouped GEMM, every group in one launch. Two forms:
 
     - list form: ``groups`` is a list of (a, sfa, b, sfb) with L = 1, each with its own M, N, K;
-      returns a list of [M_g, N_g] outputs. ``alpha``: a float or one per group.
+      returns a list of [M_g, N_g] outputs. ``alpha``: a float or one per group, each group's
+      global_a * global_b (no operation takes global scales).
     - MoE form, ``offsets=`` (the ``offs`` of ``torch._grouped_mm(a, b, offs)``): ``groups`` is
       one tuple (a, sfa, b, sfb): a [T, K/2] the tokens sorted by expert, b [E, N, K/2] every
       expert's weight (rows are N, like a Linear weight), ``offsets`` int32 [E] on a's device,
       the cumulative end row of each expert's tokens (expert e owns rows offsets[e-1]:offsets[e],
       an expert may own none). Returns [T, N] ([1, T, N] when a is [1, T, K/2]). Rows at or past
       offsets[-1] belong to no expert: zero in a new output, left as they are in ``out=``.
-      ``alpha``: one float. On the GPU only the kernel reads the offsets (no host
-      synchronization: a captured CUDA graph may change them between replays, values are
-      clamped into [0, T]); on the CPU they must not decrease and lie in [0, T].
+      ``alpha``: one float, global_a * global_b (the experts sharing one global scale). On the
+      GPU only the kernel reads the offsets (no host synchronization: a captured CUDA graph may
+      change them between replays, values are clamped into [0, T]); on the CPU they must not
+      decrease and lie in [0, T].
     """
     dtype = _out_dtype(out_dtype, out)
     if offsets is not None:
@@ -221,9 +240,13 @@ def _grouped_moe(operands, offsets, alpha, layout, out, dtype):
 def quantize(x, global_scale=None, layout="plain", *, out=None):
     """Quantizes f32/f16/bf16 ``x`` ([rows, K] or [L, rows, K]) to NVFP4 in the ModelOpt
     convention: returns (values uint8 [.., K/2], scales float8_e4m3fn (torch) or uint8 (NumPy),
-    global_scale float32 [1]). ``global_scale``: None (amax / (6 * 448), computed where x lives),
-    a float, or a one-element float32 tensor on x's device (read by the kernel: graph-safe).
-    Bit-identical on the GPU and the CPU. ``out=(values, scales, global)`` reuses buffers.
+    global_scale float32 [1]). Scales are plain [.., rows, K/16], or with ``layout="blocked"``
+    [L, ceil(rows/128), ceil(K/64), 512] (4-D also for a 2-D ``x``: a shape no plain scales
+    have, so the operations read them back as blocked). ``global_scale``: None (amax / (6 * 448),
+    computed where x lives), a float, or a one-element float32 tensor on x's device (read by the
+    kernel: graph-safe). The operations take no global scale: pass ``alpha=global_a * global_b``
+    (or ``dequantize``). Bit-identical on the GPU and the CPU. ``out=(values, scales, global)``
+    reuses buffers of those shapes.
     """
     s = _shape(x, "x")
     if len(s) not in (2, 3):
@@ -236,9 +259,8 @@ def quantize(x, global_scale=None, layout="plain", *, out=None):
             sshape = lead + (k // 16,)
         else:
             l_, rows = (1, s[0]) if len(s) == 2 else (s[0], s[1])
-            r, c = -(-rows // 128), -(-(k // 16) // 4)
-            sshape = (l_, r, c, 512) if len(s) == 3 else (r, c, 512)
-        values = _empty(x, lead + (k // 2,), "uint8")
+            sshape = (l_, -(-rows // 128), -(-(k // 16) // 4), 512)
+        values = values_ret = _empty(x, lead + (k // 2,), "uint8")
         scales = _empty(x, sshape, "uint8")
         glob = _empty(x, (1,), "float32")
         if _is_torch(x) and hasattr(_torch, "float8_e4m3fn"):
@@ -246,7 +268,11 @@ def quantize(x, global_scale=None, layout="plain", *, out=None):
         else:
             scales_ret = scales
     else:
-        values, scales_ret, glob = out
-        (scales,) = _args(scales_ret)
+        if not isinstance(out, (tuple, list)):
+            raise TypeError(f"out= must be a tuple (values, scales, global_scale), got {type(out).__name__}")
+        if len(out) != 3:
+            raise ValueError(f"out= must be a tuple of 3 tensors (values, scales, global_scale), got {len(out)}")
+        values_ret, scales_ret, glob = out
+        values, scales = _args(values_ret, scales_ret)
     _nvfp4.quantize(x, values, scales, glob, global_scale, layout, _stream(x))
-    return values, scales_ret, glob
+    return values_ret, scales_ret, glob

@@ -13,7 +13,9 @@ import torch
 import nvfp4 as _nv
 
 _lib = torch.library.Library("nvfp4", "DEF")
-_OUT = "ScalarType? out_dtype=None"  # float16 (None) or bfloat16, rounded once
+# out_dtype: float16 (None) or bfloat16, rounded once; layout: the scales' layout where their shape
+# reads both ways (last, so that calls passing the others by position keep working).
+_OUT = "ScalarType? out_dtype=None, str? layout=None"
 _lib.define(f"gemm(Tensor a, Tensor sfa, Tensor b, Tensor sfb, float? alpha=None, {_OUT}) -> Tensor")
 _lib.define(f"gemv(Tensor a, Tensor sfa, Tensor b, Tensor sfb, float? alpha=None, {_OUT}) -> Tensor")
 _lib.define(
@@ -33,24 +35,24 @@ def _out(a, n, out_dtype=None):
     return a.new_empty(lead + (n,), dtype=out_dtype or torch.float16)
 
 
-def _gemm(a, sfa, b, sfb, alpha=None, out_dtype=None):
-    return _nv.gemm(a, sfa, b, sfb, alpha=alpha, out_dtype=out_dtype)
+def _gemm(a, sfa, b, sfb, alpha=None, out_dtype=None, layout=None):
+    return _nv.gemm(a, sfa, b, sfb, alpha=alpha, out_dtype=out_dtype, layout=layout)
 
 
-def _gemv(a, sfa, b, sfb, alpha=None, out_dtype=None):
-    return _nv.gemv(a, sfa, b, sfb, alpha=alpha, out_dtype=out_dtype)
+def _gemv(a, sfa, b, sfb, alpha=None, out_dtype=None, layout=None):
+    return _nv.gemv(a, sfa, b, sfb, alpha=alpha, out_dtype=out_dtype, layout=layout)
 
 
-def _dual(a, sfa, b1, sfb1, b2, sfb2, alpha=None, out_dtype=None):
-    return _nv.dual_gemm(a, sfa, b1, sfb1, b2, sfb2, alpha=alpha, out_dtype=out_dtype)
+def _dual(a, sfa, b1, sfb1, b2, sfb2, alpha=None, out_dtype=None, layout=None):
+    return _nv.dual_gemm(a, sfa, b1, sfb1, b2, sfb2, alpha=alpha, out_dtype=out_dtype, layout=layout)
 
 
-def _grouped(a, sfa, b, sfb, alpha=None, out_dtype=None):
-    return _nv.grouped_gemm(list(zip(a, sfa, b, sfb)), alpha=alpha, out_dtype=out_dtype)
+def _grouped(a, sfa, b, sfb, alpha=None, out_dtype=None, layout=None):
+    return _nv.grouped_gemm(list(zip(a, sfa, b, sfb)), alpha=alpha, out_dtype=out_dtype, layout=layout)
 
 
-def _grouped_moe(a, sfa, b, sfb, offsets, alpha=None, out_dtype=None):
-    return _nv.grouped_gemm((a, sfa, b, sfb), offsets=offsets, alpha=alpha, out_dtype=out_dtype)
+def _grouped_moe(a, sfa, b, sfb, offsets, alpha=None, out_dtype=None, layout=None):
+    return _nv.grouped_gemm((a, sfa, b, sfb), offsets=offsets, alpha=alpha, out_dtype=out_dtype, layout=layout)
 
 
 def _quantize(x, global_scale=None, layout="plain"):
@@ -70,27 +72,27 @@ for _name, _fn in (
 
 
 @torch.library.register_fake("nvfp4::gemm")
-def _gemm_fake(a, sfa, b, sfb, alpha=None, out_dtype=None):
+def _gemm_fake(a, sfa, b, sfb, alpha=None, out_dtype=None, layout=None):
     return _out(a, b.shape[-2], out_dtype)
 
 
 @torch.library.register_fake("nvfp4::gemv")
-def _gemv_fake(a, sfa, b, sfb, alpha=None, out_dtype=None):
+def _gemv_fake(a, sfa, b, sfb, alpha=None, out_dtype=None, layout=None):
     return _out(a, 1, out_dtype)
 
 
 @torch.library.register_fake("nvfp4::dual_gemm")
-def _dual_fake(a, sfa, b1, sfb1, b2, sfb2, alpha=None, out_dtype=None):
+def _dual_fake(a, sfa, b1, sfb1, b2, sfb2, alpha=None, out_dtype=None, layout=None):
     return _out(a, b1.shape[-2], out_dtype)
 
 
 @torch.library.register_fake("nvfp4::grouped_gemm")
-def _grouped_fake(a, sfa, b, sfb, alpha=None, out_dtype=None):
+def _grouped_fake(a, sfa, b, sfb, alpha=None, out_dtype=None, layout=None):
     return [_out(x, y.shape[-2], out_dtype) for x, y in zip(a, b)]
 
 
 @torch.library.register_fake("nvfp4::grouped_gemm_moe")
-def _grouped_moe_fake(a, sfa, b, sfb, offsets, alpha=None, out_dtype=None):
+def _grouped_moe_fake(a, sfa, b, sfb, offsets, alpha=None, out_dtype=None, layout=None):
     return _out(a, b.shape[-2], out_dtype)
 
 
@@ -100,23 +102,42 @@ def _quantize_fake(x, global_scale=None, layout="plain"):
     values = x.new_empty(lead + (k // 2,), dtype=torch.uint8)
     if layout == "plain":
         sshape = lead + (k // 16,)
-    else:
+    else:  # always 4-D, as nvfp4.quantize returns them
         rows = x.shape[-2]
-        r, c = -(-rows // 128), -(-(k // 16) // 4)
-        sshape = ((x.shape[0],) if x.dim() == 3 else ()) + (r, c, 512)
+        sshape = (x.shape[0] if x.dim() == 3 else 1, -(-rows // 128), -(-(k // 16) // 4), 512)
     scales = x.new_empty(sshape, dtype=torch.float8_e4m3fn)
     return values, scales, x.new_empty((1,), dtype=torch.float32)
 
 
-def dequantize(values, scales, global_scale=1.0, dtype=torch.float32):
-    """NVFP4 (plain scales) back to dense ``dtype``: e2m1 * e4m3 * global (exact in float32)."""
-    lut = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], device=values.device)
+def dequantize(values, scales, global_scale=1.0, dtype=torch.float32, layout=None):
+    """NVFP4 back to dense ``dtype``: e2m1 * e4m3 * global (exact in float32), shaped like the
+    values with K for K/2. Scales plain or blocked, told from their shape by the operations' rule
+    (``layout=`` where a shape reads both ways, or to force one)."""
     v = values.view(torch.uint8)
+    found = _nv._nvfp4.scale_layout(tuple(v.shape), tuple(scales.shape), layout)
+    sc = scales.view(torch.uint8)
+    if found == "blocked":
+        sc = _unblock(sc, v.shape)
+    lut = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], device=values.device)
     codes = torch.stack([v & 15, v >> 4], dim=-1).flatten(-2).long()
     x = lut[codes]
-    s = scales.view(torch.float8_e4m3fn).float().repeat_interleave(16, dim=-1)
+    s = sc.reshape(v.shape[:-1] + (v.shape[-1] // 8,)).view(torch.float8_e4m3fn).float()
     g = global_scale if not torch.is_tensor(global_scale) else global_scale.float()
-    return (x * s * g).to(dtype)
+    return (x * s.repeat_interleave(16, dim=-1) * g).to(dtype)
+
+
+def _unblock(blocked, values_shape):
+    """Blocked scales (any of their shapes) as plain [L, rows, K/16] bytes: SPEC §2's offset of
+    each (batch, row, scale column), gathered."""
+    rows, cols = values_shape[-2], values_shape[-1] // 8
+    l_ = values_shape[0] if len(values_shape) == 3 else 1
+    r, c = -(-rows // 128), -(-cols // 4)
+    dev = blocked.device
+    b = torch.arange(l_, device=dev)[:, None, None]
+    i = torch.arange(rows, device=dev)[None, :, None]
+    j = torch.arange(cols, device=dev)[None, None, :]
+    off = b * (r * c * 512) + (i // 128) * (c * 512) + (j // 4) * 512 + (i % 32) * 16 + ((i % 128) // 32) * 4 + j % 4
+    return blocked.reshape(-1)[off]
 
 
 class Linear(torch.nn.Module):
