@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use nvfp4::backend::Overrides;
 use nvfp4::bench::{self, Options, Protocol, ShapeSet, DEFAULT_SAMPLES, DEFAULT_WARMUP};
 use nvfp4::ProblemKind;
 
@@ -72,6 +73,7 @@ pub fn main(args: Args) -> Outcome {
         warmup: args.warmup,
         mode: args.mode,
         quantize,
+        overrides: Overrides::from_env(),
     };
     let report = bench::run(&opts, &mut |line| eprintln!("{line}"))?;
     print!("{}", report.table());

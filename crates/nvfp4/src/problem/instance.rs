@@ -42,6 +42,17 @@ impl Output {
 }
 
 impl Problem {
+    /// The operation, as the generic [`Op`](crate::ops::Op) over its host tensors.
+    pub fn op(&self) -> crate::ops::HostOp<'_> {
+        match self {
+            Problem::Gemv(p) => p.op(),
+            Problem::Gemm(p) => p.op(),
+            Problem::DualGemm(p) => p.op(),
+            Problem::GroupedGemm(p) => p.op(),
+            Problem::Moe(p) => p.op(),
+        }
+    }
+
     /// Which operation this is.
     pub fn kind(&self) -> ProblemKind {
         use ProblemKind as K;
