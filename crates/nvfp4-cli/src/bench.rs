@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use nvfp4::backend::Overrides;
 use nvfp4::bench::{self, Options, Protocol, ShapeSet, DEFAULT_SAMPLES, DEFAULT_WARMUP};
 use nvfp4::ProblemKind;
 
@@ -77,6 +78,7 @@ pub fn main(args: Args) -> Outcome {
         warmup: args.warmup,
         mode: args.mode,
         quantize,
+        overrides: Overrides::from_env(),
     };
     let report = bench::run(&opts, &mut |line| errln!("{line}"))?;
     out!("{}", report.table());

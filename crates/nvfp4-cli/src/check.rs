@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use nvfp4::backend::{open, BackendChoice};
+use nvfp4::backend::{open_with, BackendChoice, Overrides};
 use nvfp4::check::{cases, mode_for, run_case, what_check_proves, CaseSpec};
 use nvfp4::problem::ProblemKind;
 
@@ -46,7 +46,7 @@ impl Row {
 }
 
 pub fn main(args: Args) -> Outcome {
-    let (backend, note) = open(args.backend)?;
+    let (backend, note) = open_with(args.backend, Overrides::from_env())?;
     if !args.json {
         errln!("{note}");
     }

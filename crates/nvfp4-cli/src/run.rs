@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use nvfp4::backend::{open, BackendChoice};
+use nvfp4::backend::{open_with, BackendChoice, Overrides};
 use nvfp4::problem::ProblemKind;
 
 use crate::console::{errln, outln};
@@ -34,7 +34,7 @@ pub fn main(args: Args) -> Outcome {
     nvfp4::io::refuse_same_file(&args.input, &args.output)?;
     nvfp4::io::check_output(&args.output)?;
     let p = nvfp4::io::load_problem(&args.input, args.problem)?;
-    let (backend, note) = open(args.backend)?;
+    let (backend, note) = open_with(args.backend, Overrides::from_env())?;
     if !args.json {
         errln!("{note}");
     }

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use nvfp4::backend::cuda::{BoundOp, CudaBackend, StreamHandle, Workspace};
+use nvfp4::backend::cuda::{BoundOp, CudaBackend, Overrides, StreamHandle, Workspace};
 
 use crate::error::{IntoPy, PyResult};
 
@@ -39,7 +39,10 @@ fn state(ordinal: usize) -> PyResult<Arc<DeviceState>> {
     if let Some(s) = map.get(&ordinal) {
         return Ok(s.clone());
     }
-    let s = Arc::new(DeviceState { backend: CudaBackend::on_device(ordinal).py()?, pools: Mutex::default() });
+    // The overrides (`NVFP4_*_SM90`, `NVFP4_PRINT_CONFIG`) are read once, when a device is first
+    // used.
+    let backend = CudaBackend::on_device(ordinal).py()?.with_overrides(Overrides::from_env());
+    let s = Arc::new(DeviceState { backend, pools: Mutex::default() });
     map.insert(ordinal, s.clone());
     Ok(s)
 }

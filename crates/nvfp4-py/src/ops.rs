@@ -183,11 +183,10 @@ fn gemm_shaped(
             let (av, bv, cv) = (a.view()?, b.view()?, out_view(&out, shape)?);
             let k = key(if gemv { 2 } else { 1 }, &[&a, &b], &[&out], &[alpha]);
             launch(py, &call, d, k, || {
-                let views = GemmViews { a: &av, b: &bv, alpha, c: &cv };
                 if gemv {
-                    DeviceOp::Gemv(views)
+                    DeviceOp::Gemv { a: &av, b: &bv, alpha, c: &cv }
                 } else {
-                    DeviceOp::Gemm(views)
+                    DeviceOp::Gemm { a: &av, b: &bv, alpha, c: &cv }
                 }
             })
         }
@@ -313,7 +312,7 @@ pub fn grouped_gemm(
             let operands: Vec<&Operand> = ops.iter().flat_map(|(a, b, _, _)| [a, b]).collect();
             let outs: Vec<&Tensor> = ops.iter().map(|(_, _, out, _)| out).collect();
             let k = key(OP_GROUPED, &operands, &outs, &alphas);
-            launch(py, &call, d, k, || DeviceOp::GroupedGemm(&gv))
+            launch(py, &call, d, k, move || DeviceOp::GroupedGemm(gv))
         }
     }
 }

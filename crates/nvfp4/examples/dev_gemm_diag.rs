@@ -20,7 +20,7 @@
 //! kernel variants loaded from `NVFP4_KERNELS_DIR` that are wrong on purpose).
 
 use nvfp4::backend::cuda::sm90::{self, Forced, Op};
-use nvfp4::backend::cuda::{CudaBackend, Prepared};
+use nvfp4::backend::cuda::{CudaBackend, Overrides, Prepared};
 use nvfp4::check::{compare_outputs, Mode};
 use nvfp4::problem::Problem;
 use nvfp4::problem::{generate, ProblemKind, Shape};
@@ -85,11 +85,13 @@ fn problem(shape: &Shape, seed: u64) -> Problem {
 
 /// Prepares `p` under a forced configuration (`auto`: the heuristic's) and checks it.
 fn prepare_checked(b: &CudaBackend, op: Op, p: &Problem, reference: &nvfp4::problem::Output, cfg: &str) -> Prepared {
-    if cfg != "auto" {
-        std::env::set_var(Forced::var(op), cfg);
-    }
-    let prep = b.prepare(p);
-    std::env::remove_var(Forced::var(op));
+    let forced = (cfg != "auto").then(|| Forced::parse(cfg).unwrap_or_else(|| panic!("{cfg}: not a forced choice")));
+    let overrides = match op {
+        Op::Gemm => Overrides { gemm: forced, ..*b.overrides() },
+        Op::Dual => Overrides { dual: forced, ..*b.overrides() },
+        Op::Grouped => Overrides { grouped: forced, ..*b.overrides() },
+    };
+    let prep = b.with_overrides(overrides).prepare(p);
     let mut prep = prep.unwrap_or_else(|e| panic!("{cfg}: prepare: {e}"));
     prep.poison().unwrap();
     prep.launch().unwrap();

@@ -3,15 +3,17 @@
 //! trait that every backend implements.
 
 mod moe;
+mod op;
 mod scalars;
 
 pub use moe::MoeGemm;
+pub use op::{Group, Offsets, Op, OpMeta, Operand, OutMeta, Output};
 pub(crate) use scalars::check_product;
 pub use scalars::{alpha_from_f64, check_global_scale, effective_alpha, parse_alpha};
 pub(crate) use scalars::{alpha_rule, global_scale_rule};
 
 use crate::format::{F16Tensor, Nvfp4Tensor, OutTensor, OutputDtype};
-use crate::{Error, Result};
+use crate::Result;
 
 /// Batched GEMV: `c[l, m] = Σ_k A[l,m,k] · B[l,k]`, output f16 `[L, M, 1]`.
 #[derive(Clone, Debug, PartialEq)]
@@ -55,30 +57,19 @@ pub struct GroupedGemm {
     pub groups: Vec<Gemm>,
 }
 
-fn same_l(what: &str, x: &Nvfp4Tensor, y: &Nvfp4Tensor) -> Result<()> {
-    if x.l() != y.l() {
-        return Err(Error::Shape(format!("{what}: batch counts differ (L = {} vs {})", x.l(), y.l())));
-    }
-    Ok(())
-}
-
-fn same_k(what: &str, x: &Nvfp4Tensor, y: &Nvfp4Tensor) -> Result<()> {
-    if x.k() != y.k() {
-        return Err(Error::Shape(format!("{what}: reduction lengths differ (K = {} vs {})", x.k(), y.k())));
-    }
-    Ok(())
-}
+/// A host operation as the generic [`Op`] (borrowed operands, outputs made by the backend).
+pub type HostOp<'a> = Op<&'a Nvfp4Tensor, &'a [i32], ()>;
 
 impl Gemv {
-    /// Checks that A is `[L, M, K]` and B is `[L, 1, K]`.
+    /// Checks that A is `[L, M, K]` and B is `[L, 1, K]` ([`Op::validate`]).
     pub fn new(a: Nvfp4Tensor, b: Nvfp4Tensor, alpha: Option<f32>) -> Result<Self> {
-        same_l("gemv", &a, &b)?;
-        same_k("gemv", &a, &b)?;
-        if b.rows() != 1 {
-            return Err(Error::Shape(format!("gemv: b must have one row per batch, has {}", b.rows())));
-        }
-        check_product("gemv", alpha, &a, &b, "b")?;
-        Ok(Self { a, b, alpha })
+        let p = Self { a, b, alpha };
+        p.op().validate()?;
+        Ok(p)
+    }
+    /// As the generic operation.
+    pub fn op(&self) -> HostOp<'_> {
+        Op::Gemv { a: &self.a, b: &self.b, alpha: self.alpha, c: () }
     }
     /// (M, K, L).
     pub fn mkl(&self) -> (usize, usize, usize) {
@@ -87,12 +78,15 @@ impl Gemv {
 }
 
 impl Gemm {
-    /// Checks that A is `[L, M, K]` and B is `[L, N, K]`.
+    /// Checks that A is `[L, M, K]` and B is `[L, N, K]` ([`Op::validate`]).
     pub fn new(a: Nvfp4Tensor, b: Nvfp4Tensor, alpha: Option<f32>) -> Result<Self> {
-        same_l("gemm", &a, &b)?;
-        same_k("gemm", &a, &b)?;
-        check_product("gemm", alpha, &a, &b, "b")?;
-        Ok(Self { a, b, alpha })
+        let p = Self { a, b, alpha };
+        p.op().validate()?;
+        Ok(p)
+    }
+    /// As the generic operation.
+    pub fn op(&self) -> HostOp<'_> {
+        Op::Gemm { a: &self.a, b: &self.b, alpha: self.alpha, c: () }
     }
     /// (M, N, K, L).
     pub fn mnkl(&self) -> (usize, usize, usize, usize) {
@@ -101,18 +95,15 @@ impl Gemm {
 }
 
 impl DualGemm {
-    /// Checks that A is `[L, M, K]` and B1, B2 are both `[L, N, K]`.
+    /// Checks that A is `[L, M, K]` and B1, B2 are both `[L, N, K]` ([`Op::validate`]).
     pub fn new(a: Nvfp4Tensor, b1: Nvfp4Tensor, b2: Nvfp4Tensor, alpha: Option<f32>) -> Result<Self> {
-        same_l("dual gemm (a, b1)", &a, &b1)?;
-        same_l("dual gemm (a, b2)", &a, &b2)?;
-        same_k("dual gemm (a, b1)", &a, &b1)?;
-        same_k("dual gemm (a, b2)", &a, &b2)?;
-        if b1.rows() != b2.rows() {
-            return Err(Error::Shape(format!("dual gemm: b1 has N = {}, b2 has N = {}", b1.rows(), b2.rows())));
-        }
-        check_product("dual gemm", alpha, &a, &b1, "b1")?;
-        check_product("dual gemm", alpha, &a, &b2, "b2")?;
-        Ok(Self { a, b1, b2, alpha })
+        let p = Self { a, b1, b2, alpha };
+        p.op().validate()?;
+        Ok(p)
+    }
+    /// As the generic operation.
+    pub fn op(&self) -> HostOp<'_> {
+        Op::DualGemm { a: &self.a, b1: &self.b1, b2: &self.b2, alpha: self.alpha, c: () }
     }
     /// (M, N, K, L).
     pub fn mnkl(&self) -> (usize, usize, usize, usize) {
@@ -121,23 +112,17 @@ impl DualGemm {
 }
 
 impl GroupedGemm {
-    /// Checks that there is at least one group, every group has L = 1, and every group's scalars
-    /// follow the rules again (a [`Gemm`]'s fields are public, so a group may have changed since
+    /// Checks that there is at least one group, every group has L = 1 and follows the scalar
+    /// rules ([`Op::validate`]; a [`Gemm`]'s fields are public, so a group may have changed since
     /// [`Gemm::new`]).
     pub fn new(groups: Vec<Gemm>) -> Result<Self> {
-        if groups.is_empty() {
-            return Err(Error::Shape("grouped gemm: no groups".into()));
-        }
-        if let Some((i, _)) = groups.iter().enumerate().find(|(_, g)| g.a.l() != 1) {
-            return Err(Error::Shape(format!(
-                "grouped gemm: group {i} has L = {}, groups must have L = 1",
-                groups[i].a.l()
-            )));
-        }
-        for (i, g) in groups.iter().enumerate() {
-            check_product(&format!("grouped gemm: group {i}"), g.alpha, &g.a, &g.b, "b")?;
-        }
-        Ok(Self { groups })
+        let p = Self { groups };
+        p.op().validate()?;
+        Ok(p)
+    }
+    /// As the generic operation.
+    pub fn op(&self) -> HostOp<'_> {
+        Op::GroupedGemm(self.groups.iter().map(|g| Group { a: &g.a, b: &g.b, alpha: g.alpha, c: () }).collect())
     }
 }
 

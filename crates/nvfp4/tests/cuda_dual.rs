@@ -13,7 +13,7 @@
 //! sanitizer runs; weights uploaded once and bound to several activations.
 
 use nvfp4::backend::cuda::sm90::{self, Forced, Op, VARIANTS};
-use nvfp4::backend::cuda::{CudaBackend, DeviceOp, GemmViews};
+use nvfp4::backend::cuda::{CudaBackend, DeviceOp};
 use nvfp4::check::{compare, Mode};
 use nvfp4::format::{Nvfp4Tensor, ScaleLayout};
 use nvfp4::ops::{DualGemm, Gemm};
@@ -34,14 +34,15 @@ fn check_against(b: &CudaBackend, p: &Problem, reference: &Output, launches: usi
     common::check_against(b, p, reference, Mode::Tolerance, launches, what)
 }
 
-/// Sets `NVFP4_DUAL_SM90` for the duration of `f` (tests run on one thread).
-fn with_forced<T>(value: &str, f: impl FnOnce() -> T) -> T {
-    common::with_forced(Forced::var(Op::Dual), value, f)
+/// `b` with `NVFP4_DUAL_SM90`'s forced choice `value`, for `f`.
+fn with_forced<T>(b: &CudaBackend, value: &str, f: impl FnOnce(&CudaBackend) -> T) -> T {
+    common::with_forced(b, Op::Dual, value, f)
 }
 
-fn on_skeleton(p: &Problem) -> bool {
+/// Whether the skeleton takes `p` on `b` (under its overrides).
+fn on_skeleton(b: &CudaBackend, p: &Problem) -> bool {
     let Problem::DualGemm(d) = p else { unreachable!() };
-    sm90::rejects(Op::Dual, d.mnkl(), Forced::from_env(Op::Dual)).is_none()
+    sm90::rejects(Op::Dual, d.mnkl(), b.overrides().dual).is_none()
 }
 
 #[test]
@@ -50,7 +51,7 @@ fn dual_sm90_spec_tests() {
     let b = gpu();
     for (i, shape) in test_shapes(ProblemKind::DualGemm).iter().enumerate() {
         let p = generate(shape, 3000 + i as u64).unwrap();
-        assert!(on_skeleton(&p), "{shape}: the SPEC shapes must run on the skeleton");
+        assert!(on_skeleton(&b, &p), "{shape}: the SPEC shapes must run on the skeleton");
         let reference = p.run(&CpuBackend).unwrap();
         for layout in LAYOUTS {
             let cfg = check_against(&b, &p.with_layout(layout), &reference, 2, &format!("dual {shape} {layout:?}"));
@@ -77,7 +78,7 @@ fn dual_sm90_every_variant_and_schedule() {
                 assert!(matches!(Forced::parse(&name), Some(Forced::Config(..))), "{name}");
                 let layout = LAYOUTS[(si + j) % 2];
                 let what = format!("dual {m}x{n}x{k}x{l} {name} {layout:?}");
-                let cfg = with_forced(&name, || check_against(&b, &p.with_layout(layout), &reference, 2, &what));
+                let cfg = with_forced(&b, &name, |b| check_against(b, &p.with_layout(layout), &reference, 2, &what));
                 if suffix.is_empty() || suffix.ends_with("sk") {
                     println!("ok {what}: {cfg}");
                 }
@@ -129,7 +130,7 @@ fn dual_fallback_for_unaligned_k() {
     let b = gpu();
     for (i, &(m, n, k)) in [(5, 70, 16), (33, 9, 48), (130, 257, 4112)].iter().enumerate() {
         let p = dual(m, n, k, 1, 500 + i as u64);
-        assert!(!on_skeleton(&p));
+        assert!(!on_skeleton(&b, &p));
         assert!(sm90::rejects(Op::Dual, (m, n, k, 1), None).unwrap().contains("K = "));
         let cfg = check_against(&b, &p, &p.run(&CpuBackend).unwrap(), 1, &format!("dual {m}x{n}x{k}"));
         assert!(cfg.starts_with("dual_gemm_nvfp4_sm90_mma"), "{cfg}");
@@ -159,7 +160,7 @@ fn dual_sm90_sanitizer_sweep() {
     let reference = p.run(&CpuBackend).unwrap();
     for (i, name) in ["m128n128s2", "m128n256sk", "m256n64c2s3", "m128n128c2sk"].iter().enumerate() {
         let q = p.with_layout(LAYOUTS[i % 2]);
-        with_forced(name, || check_against(&b, &q, &reference, 2, &format!("dual 72x300x512 {name}")));
+        with_forced(&b, name, |b| check_against(b, &q, &reference, 2, &format!("dual 72x300x512 {name}")));
     }
 }
 
@@ -171,7 +172,7 @@ fn dual_sm90_racecheck_case() {
     let p = dual(72, 300, 192, 1, 950);
     let reference = p.run(&CpuBackend).unwrap();
     for name in ["m256n64s2", "m128n128sk", "m128n128c2s2", "m128n256c2"] {
-        with_forced(name, || check_against(&b, &p, &reference, 1, &format!("dual 72x300x192 {name}")));
+        with_forced(&b, name, |b| check_against(b, &p, &reference, 1, &format!("dual 72x300x192 {name}")));
     }
 }
 
@@ -200,7 +201,7 @@ fn device_operands_reuse_uploaded_weights() {
         assert!(report.passed(), "dual m = {m}: {report}");
         // GEMM against the same uploaded B1.
         let c = b.alloc_output([1, m, n]).unwrap();
-        b.bind(DeviceOp::Gemm(GemmViews { a: &a.view(), b: &b1.view(), alpha: Some(0.5), c: &c.view() }))
+        b.bind(DeviceOp::Gemm { a: &a.view(), b: &b1.view(), alpha: Some(0.5), c: &c.view() })
             .unwrap()
             .launch()
             .unwrap();

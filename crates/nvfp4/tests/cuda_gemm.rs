@@ -1,6 +1,5 @@
 //! GPU tests of the wgmma GEMM (kernels/gemm_sm90.cu on the skeleton kernels/sm90/). They need an NVIDIA Hopper GPU and are
-//! `#[ignore]`d: `cargo test --release --test cuda_gemm -- --ignored --test-threads=1` (one
-//! thread: some tests force kernel variants through the `NVFP4_GEMM_SM90` variable).
+//! `#[ignore]`d: `cargo test --release --test cuda_gemm -- --ignored`.
 //!
 //! Tiers: exact (SPEC GEMM data, bit-identical to the CPU reference, both scale layouts, outputs
 //! poisoned first, repeated launches so split-K counters must reset), every variant and split
@@ -12,6 +11,7 @@ use nvfp4::backend::cuda::sm90::{
     Schedule::{Split, SplitInCluster, StreamK},
     VARIANTS,
 };
+use nvfp4::backend::cuda::CudaBackend;
 use nvfp4::check::Mode;
 use nvfp4::format::ScaleLayout;
 use nvfp4::ops::Gemm;
@@ -28,14 +28,15 @@ fn gemm_problem(m: usize, n: usize, k: usize, l: usize, seed: u64) -> Problem {
     generate(&Shape::Gemm { m, n, k, l }, seed).unwrap()
 }
 
-/// Sets `NVFP4_GEMM_SM90` for the duration of `f` (tests run on one thread).
-fn with_forced<T>(value: &str, f: impl FnOnce() -> T) -> T {
-    common::with_forced(Forced::var(Op::Gemm), value, f)
+/// `b` with `NVFP4_GEMM_SM90`'s forced choice `value`, for `f`.
+fn with_forced<T>(b: &CudaBackend, value: &str, f: impl FnOnce(&CudaBackend) -> T) -> T {
+    common::with_forced(b, Op::Gemm, value, f)
 }
 
-fn takes(p: &Problem) -> bool {
+/// Whether the skeleton takes `p` on `b` (under its overrides).
+fn takes(b: &CudaBackend, p: &Problem) -> bool {
     let Problem::Gemm(g) = p else { unreachable!() };
-    sm90::rejects(Op::Gemm, g.mnkl(), Forced::from_env(Op::Gemm)).is_none()
+    sm90::rejects(Op::Gemm, g.mnkl(), b.overrides().gemm).is_none()
 }
 
 #[test]
@@ -43,14 +44,14 @@ fn takes(p: &Problem) -> bool {
 fn gemm_sm90_spec_tests_bit_exact() {
     let b = gpu();
     // On the skeleton even where the small kernel would be chosen (tests/cuda_small.rs has it).
-    with_forced("sm90", || {
+    with_forced(&b, "sm90", |b| {
         for (i, shape) in test_shapes(ProblemKind::Gemm).iter().enumerate() {
             let p = generate(shape, 2000 + i as u64).unwrap();
-            assert!(takes(&p), "{shape}: the SPEC shapes must run on the wgmma kernel");
+            assert!(takes(b, &p), "{shape}: the SPEC shapes must run on the wgmma kernel");
             let reference = p.run(&CpuBackend).unwrap();
             for layout in LAYOUTS {
                 let what = format!("gemm {shape} {layout:?}");
-                let cfg = check_against(&b, &p.with_layout(layout), &reference, Mode::BitExact, 2, &what);
+                let cfg = check_against(b, &p.with_layout(layout), &reference, Mode::BitExact, 2, &what);
                 assert!(cfg.starts_with("gemm_nvfp4_sm90_ws_"), "{cfg}");
                 println!("ok {shape} {layout:?}: {cfg}");
             }
@@ -66,14 +67,14 @@ fn gemm_sm90_check_cases_bit_exact() {
     // alternating, some alpha.
     let b = gpu();
     let mut on_sm90 = 0;
-    with_forced("sm90", || {
+    with_forced(&b, "sm90", |b| {
         for spec in nvfp4::check::cases(ProblemKind::Gemm, 77) {
             let p = nvfp4::check::case_problem(&spec).unwrap();
             let what = format!("{} {}", spec.label, spec.shape);
-            let cfg = check(&b, &p.with_layout(spec.layout), Mode::BitExact, 1, &what);
-            let want = if takes(&p) { "gemm_nvfp4_sm90_ws_" } else { "gemm_nvfp4_sm90_mma" };
+            let cfg = check(b, &p.with_layout(spec.layout), Mode::BitExact, 1, &what);
+            let want = if takes(b, &p) { "gemm_nvfp4_sm90_ws_" } else { "gemm_nvfp4_sm90_mma" };
             assert!(cfg.starts_with(want), "{what}: {cfg}");
-            on_sm90 += usize::from(takes(&p));
+            on_sm90 += usize::from(takes(b, &p));
             if spec.label.ends_with(":0") || spec.label.ends_with('7') {
                 println!("ok {what}: {cfg}");
             }
@@ -92,12 +93,12 @@ fn gemm_fallback_forced_bit_exact() {
     let b = gpu();
     let shapes =
         [(1, 1, 16, 1), (65, 70, 80, 2), (64, 64, 256, 1), (130, 7, 272, 1), (33, 129, 4112, 1), (5, 300, 1008, 3)];
-    with_forced("off", || {
+    with_forced(&b, "off", |b| {
         for (i, &(m, n, k, l)) in shapes.iter().enumerate() {
             let Problem::Gemm(g) = gemm_problem(m, n, k, l, 8100 + i as u64) else { unreachable!() };
             let alpha = [None, Some(0.375)][i % 2];
             let p = Problem::Gemm(Gemm::new(g.a, g.b, alpha).unwrap()).with_layout(LAYOUTS[i % 2]);
-            let cfg = check(&b, &p, Mode::BitExact, 2, &format!("fallback {m}x{n}x{k}x{l}"));
+            let cfg = check(b, &p, Mode::BitExact, 2, &format!("fallback {m}x{n}x{k}x{l}"));
             assert!(cfg.starts_with("gemm_nvfp4_sm90_mma"), "{cfg}");
             println!("ok fallback {m}x{n}x{k}x{l}: {cfg}");
         }
@@ -137,8 +138,8 @@ fn gemm_sm90_every_variant_and_split() {
                 assert_eq!(Forced::parse(&name), Some(Forced::Config(v, cluster, schedule)));
                 let layout = LAYOUTS[(si + j) % 2];
                 let what = format!("{m}x{n}x{k}x{l} {name} {layout:?}");
-                let cfg = with_forced(&name, || {
-                    check_against(&b, &p.with_layout(layout), &reference, Mode::BitExact, 2, &what)
+                let cfg = with_forced(&b, &name, |b| {
+                    check_against(b, &p.with_layout(layout), &reference, Mode::BitExact, 2, &what)
                 });
                 if schedule.is_none() || schedule == Some(StreamK) || cluster == Some(2) {
                     println!("ok {what}: {cfg}");
@@ -167,8 +168,8 @@ fn gemm_sm90_cluster_sum_of_k_pieces() {
                     let name = format!("{v}s{s}{d}");
                     let layout = LAYOUTS[(si + j + s) % 2];
                     let what = format!("{m}x{n}x{k}x{l} {name} {layout:?}");
-                    let cfg = with_forced(&name, || {
-                        check_against(&b, &p.with_layout(layout), &reference, Mode::BitExact, 3, &what)
+                    let cfg = with_forced(&b, &name, |b| {
+                        check_against(b, &p.with_layout(layout), &reference, Mode::BitExact, 3, &what)
                     });
                     let clustered = cfg.contains("summed in clusters");
                     assert!(!(clustered && d.is_empty()), "{what}: the workspace sum unless forced: {cfg}");
@@ -194,7 +195,9 @@ fn gemm_sm90_chained_launches() {
     for cfg in ["auto", "m128n128s2d", "m128n128s2", "m128n128sk", "m128n128s1"] {
         let mut preps: Vec<_> = problems
             .iter()
-            .map(|p| if cfg == "auto" { b.prepare(p).unwrap() } else { with_forced(cfg, || b.prepare(p).unwrap()) })
+            .map(
+                |p| if cfg == "auto" { b.prepare(p).unwrap() } else { with_forced(&b, cfg, |b| b.prepare(p).unwrap()) },
+            )
             .collect();
         for prep in preps.iter_mut() {
             assert!(prep.chains(), "{cfg}: the skeleton GEMM supports chained launches");
@@ -244,7 +247,7 @@ fn gemm_sm90_racecheck_case() {
     let p = gemm_problem(72, 300, 192, 1, 950);
     // Split-K summed in clusters (s2, s3) and through the workspace (c1s2), stream-K, pairs.
     for name in ["m256n64s2d", "m128n128s3d", "m256n64s2", "m128n128sk", "m128n128c2s2", "m128n256c2"] {
-        with_forced(name, || check(&b, &p, Mode::BitExact, 1, &format!("72x300x192 {name}")));
+        with_forced(&b, name, |b| check(b, &p, Mode::BitExact, 1, &format!("72x300x192 {name}")));
     }
 }
 
@@ -259,8 +262,8 @@ fn gemm_sm90_sanitizer_sweep() {
         for (v, schedule) in VARIANTS.into_iter().flat_map(|v| [(v, "s2"), (v, "c2sk")]) {
             let name = format!("m{}n{}{schedule}", v.bm, v.bn);
             let layout = LAYOUTS[si % 2];
-            with_forced(&name, || {
-                check(&b, &p.with_layout(layout), Mode::BitExact, 2, &format!("{m}x{n}x{k}x{l} {name}"))
+            with_forced(&b, &name, |b| {
+                check(b, &p.with_layout(layout), Mode::BitExact, 2, &format!("{m}x{n}x{k}x{l} {name}"))
             });
         }
     }

@@ -12,7 +12,7 @@
 //! CPU backend's MoE form is the reference); the small sweep the sanitizer runs.
 
 use half::f16;
-use nvfp4::backend::cuda::sm90::{Forced, Op, VARIANTS};
+use nvfp4::backend::cuda::sm90::{Op, VARIANTS};
 use nvfp4::backend::cuda::{CudaBackend, DeviceOp};
 use nvfp4::check::{compare, Mode};
 use nvfp4::format::{F16Tensor, Nvfp4Tensor, ScaleLayout};
@@ -60,10 +60,10 @@ fn grouped_sm90_every_variant() {
     let b = gpu();
     for v in VARIANTS {
         let name = format!("m{}n{}", v.bm, v.bn);
-        common::with_forced(Forced::var(Op::Grouped), &name, || {
+        common::with_forced(&b, Op::Grouped, &name, |b| {
             for (i, g) in ragged().iter().enumerate() {
                 let p = grouped(g, 40 + i as u64).with_layout(LAYOUTS[i % 2]);
-                let cfg = check(&b, &p, Mode::BitExact, 2, &format!("{name} ragged {i}"));
+                let cfg = check(b, &p, Mode::BitExact, 2, &format!("{name} ragged {i}"));
                 assert!(cfg.starts_with(&format!("grouped_gemm_nvfp4_sm90_ws_{name}")), "{cfg}");
             }
         });

@@ -6,8 +6,8 @@
 //! the automatic choice on the shape the binding's host-cost script uses. Needs an NVIDIA GPU:
 //! `cargo test --release --test cuda_small -- --ignored --test-threads=1`.
 
-use nvfp4::backend::cuda::sm90::{Forced, Op};
-use nvfp4::backend::cuda::small;
+use nvfp4::backend::cuda::sm90::Op;
+use nvfp4::backend::cuda::{small, CudaBackend};
 use nvfp4::check::Mode;
 use nvfp4::format::ScaleLayout;
 use nvfp4::ops::Gemm;
@@ -17,8 +17,9 @@ use nvfp4::{Backend, CpuBackend, OutputDtype};
 mod common;
 use common::{check, gpu, spread_scales};
 
-fn forced<T>(f: impl FnOnce() -> T) -> T {
-    common::with_forced(Forced::var(Op::Gemm), "small", f)
+/// `b` with every GEMM forced onto the small kernel (`NVFP4_GEMM_SM90=small`), for `f`.
+fn forced<T>(b: &CudaBackend, f: impl FnOnce(&CudaBackend) -> T) -> T {
+    common::with_forced(b, Op::Gemm, "small", f)
 }
 
 fn gemm(m: usize, n: usize, k: usize, l: usize, seed: u64) -> Problem {
@@ -59,7 +60,7 @@ fn small_gemm_bit_exact_every_edge() {
     let b = gpu();
     for (i, &(m, n, k, l)) in SHAPES.iter().enumerate() {
         let p = relayout(&gemm(m, n, k, l, 7000 + i as u64), i);
-        let cfg = forced(|| check(&b, &p, Mode::BitExact, 2, &format!("small {m}x{n}x{k}x{l} case {i}")));
+        let cfg = forced(&b, |b| check(b, &p, Mode::BitExact, 2, &format!("small {m}x{n}x{k}x{l} case {i}")));
         assert!(cfg.starts_with(small::SMALL_SYMBOL), "{cfg}");
         println!("ok {m}x{n}x{k}x{l} case {i}: {cfg}");
     }
@@ -73,7 +74,7 @@ fn small_gemm_bf16_bit_exact() {
         let p = relayout(&gemm(m, n, k, l, 7100 + i as u64), i);
         let Problem::Gemm(g) = &p else { unreachable!() };
         let want = CpuBackend.gemm_as(g, OutputDtype::Bf16).unwrap();
-        forced(|| {
+        forced(&b, |b| {
             let mut prep = b.prepare_as(&p, OutputDtype::Bf16).unwrap();
             assert!(prep.describe().starts_with(small::SMALL_SYMBOL), "{}", prep.describe());
             for launch in 0..2 {
@@ -104,7 +105,7 @@ fn small_gemm_random_data_and_nan() {
         let p = Problem::Gemm(Gemm::new(a, bt, Some(0.375)).unwrap());
         for layout in [ScaleLayout::Plain, ScaleLayout::Blocked] {
             let what = format!("random {m}x{n}x{k}x{l} {layout:?}");
-            forced(|| check(&b, &p.with_layout(layout), Mode::Tolerance, 1, &what));
+            forced(&b, |b| check(b, &p.with_layout(layout), Mode::Tolerance, 1, &what));
             println!("ok {what}");
         }
     }

@@ -35,15 +35,13 @@ fn call(b: &CudaBackend, p: &Problem, ws: &mut Option<Workspace>, stream: &CudaS
         Problem::Gemv(g) => {
             let (a, bb) = (b.upload(&g.a).unwrap(), b.upload(&g.b.to_layout(g.a.layout())).unwrap());
             let c = out([g.a.l(), g.a.rows(), 1]);
-            let op = b
-                .bind_with(DeviceOp::Gemv(GemmViews { a: &a.view(), b: &bb.view(), alpha: g.alpha, c: &c.view() }), ws);
+            let op = b.bind_with(DeviceOp::Gemv { a: &a.view(), b: &bb.view(), alpha: g.alpha, c: &c.view() }, ws);
             (vec![c], op)
         }
         Problem::Gemm(g) => {
             let (a, bb) = (b.upload(&g.a).unwrap(), b.upload(&g.b).unwrap());
             let c = out([g.a.l(), g.a.rows(), g.b.rows()]);
-            let op = b
-                .bind_with(DeviceOp::Gemm(GemmViews { a: &a.view(), b: &bb.view(), alpha: g.alpha, c: &c.view() }), ws);
+            let op = b.bind_with(DeviceOp::Gemm { a: &a.view(), b: &bb.view(), alpha: g.alpha, c: &c.view() }, ws);
             (vec![c], op)
         }
         Problem::DualGemm(d) => {
@@ -58,7 +56,7 @@ fn call(b: &CudaBackend, p: &Problem, ws: &mut Option<Workspace>, stream: &CudaS
             let views: Vec<_> = ups.iter().zip(&cs).map(|((a, bb), c)| (a.view(), bb.view(), c.view())).collect();
             let gv: Vec<GemmViews<'_>> =
                 views.iter().zip(&gg.groups).map(|((a, bb, c), g)| GemmViews { a, b: bb, alpha: g.alpha, c }).collect();
-            let op = b.bind_with(DeviceOp::GroupedGemm(&gv), ws);
+            let op = b.bind_with(DeviceOp::GroupedGemm(gv), ws);
             (cs, op)
         }
         Problem::Moe(m) => {

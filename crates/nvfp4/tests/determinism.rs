@@ -9,6 +9,7 @@
 //! schedule tests set `NVFP4_GEMM_SM90` and `NVFP4_DUAL_SM90`, which every launch reads). About a
 //! minute on an H200, most of it the CPU reference of the benchmark shapes.
 
+use nvfp4::backend::cuda::sm90::Op;
 use nvfp4::backend::cuda::CudaBackend;
 use nvfp4::check::{compare_outputs, mode_for};
 use nvfp4::problem::{bench_shapes, generate, test_shapes};
@@ -94,29 +95,17 @@ fn grouped_gemm_bench_shapes_repeat_bit_identically() {
     bench_shapes_repeat(ProblemKind::GroupedGemm);
 }
 
-/// Unsets a forcing variable when dropped, also when the test fails.
-struct Unforce(&'static str);
-
-impl Drop for Unforce {
-    fn drop(&mut self) {
-        std::env::remove_var(self.0);
-    }
-}
-
 /// Every benchmark shape of `kind`, [`LAUNCHES`] times under its automatic configuration and under
-/// each of `schedules` forced through `var`; the forced ones must change the launch.
-fn schedules_repeat(kind: ProblemKind, var: &'static str, schedules: &[&str]) {
+/// each of `schedules` forced for skeleton operation `op`; the forced ones must change the launch.
+fn schedules_repeat(kind: ProblemKind, op: Op, schedules: &[&str]) {
     let b = gpu();
-    let _unforce = Unforce(var);
     for (i, shape) in bench_shapes(kind).iter().enumerate() {
         let p = generate(shape, 4300 + i as u64).unwrap();
         let reference = p.run(&CpuBackend).unwrap();
-        std::env::remove_var(var);
         let mut configs = vec![repeat(&b, &p, &reference, &format!("{kind} {shape} auto"))];
         for forced in schedules {
-            std::env::set_var(var, forced);
-            configs.push(repeat(&b, &p, &reference, &format!("{kind} {shape} {forced}")));
-            std::env::remove_var(var);
+            let what = format!("{kind} {shape} {forced}");
+            configs.push(common::with_forced(&b, op, forced, |b| repeat(b, &p, &reference, &what)));
         }
         for (name, cfg) in std::iter::once(&"auto").chain(schedules).zip(&configs) {
             println!("ok {kind} {shape} {name} x{LAUNCHES}: {cfg}");
@@ -130,7 +119,7 @@ fn schedules_repeat(kind: ProblemKind, var: &'static str, schedules: &[&str]) {
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn gemm_bench_shapes_repeat_bit_identically_under_every_schedule() {
-    schedules_repeat(ProblemKind::Gemm, "NVFP4_GEMM_SM90", &SCHEDULES);
+    schedules_repeat(ProblemKind::Gemm, Op::Gemm, &SCHEDULES);
 }
 
 /// Dual GEMM schedules forced through `NVFP4_DUAL_SM90`: split-K and stream-K of the 128 x 256
@@ -141,7 +130,7 @@ const DUAL_SCHEDULES: [&str; 4] = ["m128n256s2", "m128n256sk", "m128n128s2", "m1
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn dual_gemm_bench_shapes_repeat_bit_identically_under_every_schedule() {
-    schedules_repeat(ProblemKind::DualGemm, "NVFP4_DUAL_SM90", &DUAL_SCHEDULES);
+    schedules_repeat(ProblemKind::DualGemm, Op::Dual, &DUAL_SCHEDULES);
 }
 
 /// One operation for a thread: the problem, its reference, and a label.
@@ -165,8 +154,6 @@ fn run_through_trait(b: &dyn Backend, p: &Problem) -> nvfp4::Result<Output> {
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn threads_sharing_one_backend_each_get_the_reference() {
-    std::env::remove_var("NVFP4_GEMM_SM90");
-    std::env::remove_var("NVFP4_DUAL_SM90");
     let b = gpu();
     // Small catalogue shapes of every operation, so that many launches overlap.
     let picks = [

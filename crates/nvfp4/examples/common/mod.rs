@@ -4,10 +4,12 @@
 
 pub mod graph;
 
-use nvfp4::backend::cuda::{CudaBackend, Prepared};
+use nvfp4::backend::cuda::{CudaBackend, Overrides, Prepared};
 
+/// The CUDA backend under the overrides the environment asks for (`NVFP4_*_SM90`,
+/// `NVFP4_PRINT_CONFIG`), read once here.
 pub fn gpu() -> CudaBackend {
-    CudaBackend::new().unwrap_or_else(|e| panic!("CUDA backend: {e}"))
+    CudaBackend::new().unwrap_or_else(|e| panic!("CUDA backend: {e}")).with_overrides(Overrides::from_env())
 }
 
 pub fn median(v: &mut [f32]) -> f32 {

@@ -82,7 +82,7 @@ impl CpuBackend {
     /// The operations' fields are public: their scalars are checked again here, so that a changed
     /// alpha or global scale cannot turn exact zeros into NaN.
     fn gemm_parts(a: &Nvfp4Tensor, b: &Nvfp4Tensor, alpha: Option<f32>, dtype: OutputDtype) -> Result<OutTensor> {
-        check_product("gemm", alpha, a, b, "b")?;
+        check_product("gemm", alpha, &a.meta(), &b.meta(), "b")?;
         ensure_host("a CPU GEMM", Self::footprint(a, b, 1))?;
         let bits = round_to(&products(a, b), effective_alpha(alpha, a, b), dtype);
         OutTensor::new(dtype, [a.l(), a.rows(), b.rows()], bits)
@@ -110,8 +110,7 @@ impl Backend for CpuBackend {
     /// x1 and x2 scaled by alpha in f64 and rounded to f32, the gate in f32, one rounding to
     /// `dtype`.
     fn dual_gemm_as(&self, p: &DualGemm, dtype: OutputDtype) -> Result<OutTensor> {
-        check_product("dual gemm", p.alpha, &p.a, &p.b1, "b1")?;
-        check_product("dual gemm", p.alpha, &p.a, &p.b2, "b2")?;
+        p.op().validate()?;
         ensure_host("a CPU dual GEMM", Self::footprint(&p.a, &p.b1, 2))?;
         let (alpha1, alpha2) = (effective_alpha(p.alpha, &p.a, &p.b1), effective_alpha(p.alpha, &p.a, &p.b2));
         let x1 = products(&p.a, &p.b1);

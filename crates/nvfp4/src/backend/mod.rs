@@ -7,7 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use cpu::CpuBackend;
-pub use cuda::CudaBackend;
+pub use cuda::{CudaBackend, Overrides};
 
 use crate::ops::Backend;
 use crate::{Error, Result};
@@ -49,14 +49,21 @@ impl fmt::Display for BackendChoice {
 /// Opens the chosen backend. `Auto` picks CUDA when it opens and the CPU otherwise; the second
 /// value says what was picked and why, for the caller to print.
 pub fn open(choice: BackendChoice) -> Result<(Box<dyn Backend>, String)> {
+    open_with(choice, Overrides::NONE)
+}
+
+/// [`open`], the CUDA backend routing under `overrides` (a program reads them from the
+/// environment once, where it starts: [`Overrides::from_env`]).
+pub fn open_with(choice: BackendChoice, overrides: Overrides) -> Result<(Box<dyn Backend>, String)> {
+    let cuda = || CudaBackend::new().map(|b| b.with_overrides(overrides));
     match choice {
         BackendChoice::Cpu => Ok((Box::new(CpuBackend), "backend: cpu".into())),
         BackendChoice::Cuda => {
-            let b = CudaBackend::new()?;
+            let b = cuda()?;
             let note = format!("backend: cuda ({})", b.device_name());
             Ok((Box::new(b), note))
         }
-        BackendChoice::Auto => match CudaBackend::new() {
+        BackendChoice::Auto => match cuda() {
             Ok(b) => {
                 let note = format!("backend: cuda ({}), picked by auto", b.device_name());
                 Ok((Box::new(b), note))

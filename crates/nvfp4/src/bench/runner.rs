@@ -21,7 +21,7 @@ use super::protocol::Protocol;
 use super::report::{fail_verdict, geomeans, now_utc, short_shape, Measurement, Report, Row, PASS};
 use super::stats::Samples;
 use super::timer::Timer;
-use crate::backend::cuda::Floors;
+use crate::backend::cuda::{Floors, Overrides};
 use crate::backend::{CpuBackend, CudaBackend};
 use crate::check::{compare_outputs, Mode, Report as CheckReport};
 use crate::problem::{bench_shapes, generate, large_shapes, test_shapes, Output, Problem, ProblemKind, Shape};
@@ -96,6 +96,8 @@ pub struct Options {
     pub mode: Protocol,
     /// Also time the GPU quantizer (`bench::quantize`, after the problems).
     pub quantize: bool,
+    /// Forced configurations and the route printout for the CUDA backend.
+    pub overrides: Overrides,
 }
 
 impl Default for Options {
@@ -107,6 +109,7 @@ impl Default for Options {
             warmup: DEFAULT_WARMUP,
             mode: Protocol::Cold,
             quantize: true,
+            overrides: Overrides::NONE,
         }
     }
 }
@@ -145,7 +148,7 @@ pub fn run(opts: &Options, log: &mut dyn FnMut(&str)) -> Result<Report> {
     }
     let date = now_utc();
     let mut notes = Vec::new();
-    let backend = CudaBackend::new();
+    let backend = CudaBackend::new().map(|b| b.with_overrides(opts.overrides));
     let stream: Arc<CudaStream> = match &backend {
         Ok(b) => b.stream().clone(),
         Err(e) => {

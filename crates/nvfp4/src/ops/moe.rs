@@ -5,7 +5,7 @@
 
 use std::ops::Range;
 
-use super::{check_product, same_k, Gemm};
+use super::{Gemm, HostOp, Op};
 use crate::format::{Nvfp4Tensor, OutTensor, OutputDtype};
 use crate::{Error, Result};
 
@@ -39,20 +39,8 @@ impl MoeGemm {
     /// The rules of [`MoeGemm::new`], checked again: the fields are public, so every helper
     /// below re-checks before it slices.
     pub fn validate(&self) -> Result<()> {
-        if self.a.l() != 1 {
-            return Err(Error::Shape(format!(
-                "moe gemm: a must be [1, T, K] (the tokens of every expert in one batch), has L = {}",
-                self.a.l()
-            )));
-        }
-        same_k("moe gemm", &self.a, &self.b)?;
-        let (e, t) = (self.experts(), self.tokens());
-        if self.offsets.len() != e {
-            return Err(Error::Shape(format!(
-                "moe gemm: {} offsets for E = {e} experts (b is [E, N, K]); one offset per expert",
-                self.offsets.len()
-            )));
-        }
+        self.op().validate()?;
+        let t = self.tokens();
         let mut prev = 0i64;
         for (i, &o) in self.offsets.iter().enumerate() {
             if o < 0 || o as i64 > t as i64 {
@@ -66,7 +54,12 @@ impl MoeGemm {
             }
             prev = o as i64;
         }
-        check_product("moe gemm", self.alpha, &self.a, &self.b, "b")
+        Ok(())
+    }
+
+    /// As the generic operation.
+    pub fn op(&self) -> HostOp<'_> {
+        Op::MoeGemm { a: &self.a, b: &self.b, offsets: self.offsets.as_slice(), alpha: self.alpha, c: () }
     }
 
     /// Expert count E.

@@ -11,7 +11,7 @@
 //!   output whose exact value is 0 into NaN (0 × inf). It must not round to 0 either unless one of
 //!   the three is 0: every output would silently be 0.
 
-use crate::format::Nvfp4Tensor;
+use crate::format::{Nvfp4Meta, Nvfp4Tensor};
 use crate::{Error, Result};
 
 /// Why `g` cannot be a global scale (`must be ..`, for the caller to say whose), if it cannot.
@@ -81,25 +81,20 @@ pub fn effective_alpha(alpha: Option<f32>, a: &Nvfp4Tensor, b: &Nvfp4Tensor) -> 
 }
 
 /// Checks every scalar of one product `a · bᵀ` of the operation `what` (`b` is named `b_name`):
-/// alpha, both global scales and their factor (see the module docs).
-pub(crate) fn check_product(
-    what: &str,
-    alpha: Option<f32>,
-    a: &Nvfp4Tensor,
-    b: &Nvfp4Tensor,
-    b_name: &str,
-) -> Result<()> {
+/// alpha, both global scales and their factor (see the module docs). On the operands' metadata,
+/// so that host tensors and device views follow the same rules ([`Op::validate`](super::Op)).
+pub(crate) fn check_product(what: &str, alpha: Option<f32>, a: &Nvfp4Meta, b: &Nvfp4Meta, b_name: &str) -> Result<()> {
     check_alpha(alpha)?;
     for (name, t) in [("a", a), (b_name, b)] {
-        global_scale_rule(t.global_scale())
+        global_scale_rule(t.global_scale)
             .map_err(|e| Error::Invalid(format!("{what}: the global scale of {name} {e}")))?;
     }
-    let factor = effective_alpha(alpha, a, b);
+    let factor = alpha.unwrap_or(1.0) * a.global_scale * b.global_scale;
     let terms = format!(
         "alpha × global(a) × global({b_name}) = {:?} × {:?} × {:?}",
         alpha.unwrap_or(1.0),
-        a.global_scale(),
-        b.global_scale()
+        a.global_scale,
+        b.global_scale
     );
     if factor.is_infinite() {
         return Err(Error::Invalid(format!(

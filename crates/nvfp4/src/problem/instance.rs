@@ -2,7 +2,7 @@
 //! it, and what running it returns.
 
 use crate::format::{F16Tensor, ScaleLayout};
-use crate::ops::{check_product, Backend, DualGemm, Gemm, Gemv, GroupedGemm, MoeGemm};
+use crate::ops::{Backend, DualGemm, Gemm, Gemv, GroupedGemm, MoeGemm};
 use crate::problem::ProblemKind;
 use crate::Result;
 
@@ -42,6 +42,17 @@ impl Output {
 }
 
 impl Problem {
+    /// The operation, as the generic [`Op`](crate::ops::Op) over its host tensors.
+    pub fn op(&self) -> crate::ops::HostOp<'_> {
+        match self {
+            Problem::Gemv(p) => p.op(),
+            Problem::Gemm(p) => p.op(),
+            Problem::DualGemm(p) => p.op(),
+            Problem::GroupedGemm(p) => p.op(),
+            Problem::Moe(p) => p.op(),
+        }
+    }
+
     /// Which operation this is.
     pub fn kind(&self) -> ProblemKind {
         use ProblemKind as K;
@@ -70,20 +81,9 @@ impl Problem {
     /// operations' constructors refuse it: not finite, or making a factor alpha × global(A) ×
     /// global(B) overflow or round to 0 (`ops/scalars.rs`). On a refusal nothing changes.
     pub fn set_alpha(&mut self, alpha: Option<f32>) -> Result<()> {
-        match self {
-            Problem::Gemv(x) => check_product("gemv", alpha, &x.a, &x.b, "b")?,
-            Problem::Gemm(x) => check_product("gemm", alpha, &x.a, &x.b, "b")?,
-            Problem::DualGemm(x) => {
-                check_product("dual gemm", alpha, &x.a, &x.b1, "b1")?;
-                check_product("dual gemm", alpha, &x.a, &x.b2, "b2")?;
-            }
-            Problem::GroupedGemm(x) => {
-                for (i, g) in x.groups.iter().enumerate() {
-                    check_product(&format!("grouped gemm: group {i}"), alpha, &g.a, &g.b, "b")?;
-                }
-            }
-            Problem::Moe(x) => check_product("moe gemm", alpha, &x.a, &x.b, "b")?,
-        }
+        let mut changed = self.op().meta();
+        changed.set_alpha(alpha);
+        changed.validate()?;
         match self {
             Problem::Gemv(x) => x.alpha = alpha,
             Problem::Gemm(x) => x.alpha = alpha,

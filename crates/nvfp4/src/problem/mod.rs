@@ -18,6 +18,8 @@ pub use rng::Rng;
 use std::fmt;
 use std::str::FromStr;
 
+use crate::format::{Nvfp4Meta, ScaleLayout};
+use crate::ops::{Group, Op, OpMeta};
 use crate::{Error, Result};
 
 /// The four operations, named as on the command line.
@@ -189,6 +191,31 @@ impl Shape {
                     _ => Err(Error::Shape(format!("moe gemm: T above {} (offsets are i32)", i32::MAX))),
                 }
             }
+        }
+    }
+}
+
+impl Shape {
+    /// The operation of this shape as the rules and the router see it (operands in `layout`,
+    /// global scales 1, no alpha, outputs made by the backend): no data needed.
+    pub fn op_meta(&self, layout: ScaleLayout) -> OpMeta {
+        let t = |l, rows, k| Nvfp4Meta { l, rows, k, layout, global_scale: 1.0 };
+        match *self {
+            Shape::Gemv { m, k, l } => Op::Gemv { a: t(l, m, k), b: t(l, 1, k), alpha: None, c: None },
+            Shape::Gemm { m, n, k, l } => Op::Gemm { a: t(l, m, k), b: t(l, n, k), alpha: None, c: None },
+            Shape::DualGemm { m, n, k, l } => {
+                Op::DualGemm { a: t(l, m, k), b1: t(l, n, k), b2: t(l, n, k), alpha: None, c: None }
+            }
+            Shape::GroupedGemm { ref groups } => Op::GroupedGemm(
+                groups.iter().map(|&(m, n, k)| Group { a: t(1, m, k), b: t(1, n, k), alpha: None, c: None }).collect(),
+            ),
+            Shape::Moe { n, k, ref counts } => Op::MoeGemm {
+                a: t(1, counts.iter().sum(), k),
+                b: t(counts.len(), n, k),
+                offsets: counts.len(),
+                alpha: None,
+                c: None,
+            },
         }
     }
 }

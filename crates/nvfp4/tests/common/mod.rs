@@ -1,8 +1,9 @@
 //! Helpers shared by the GPU test files (`mod common;`): the backend, the poisoned check loop,
-//! and forcing a launch configuration through an environment variable for one closure.
+//! and the backend with a forced launch configuration.
 #![allow(dead_code)] // each test file uses its own subset
 
-use nvfp4::backend::cuda::{CudaBackend, Prepared};
+use nvfp4::backend::cuda::sm90::{Forced, Op};
+use nvfp4::backend::cuda::{CudaBackend, Overrides, Prepared};
 use nvfp4::check::{compare_outputs, Mode};
 use nvfp4::format::{Nvfp4Tensor, ScaleLayout};
 use nvfp4::problem::{Output, Problem};
@@ -45,20 +46,16 @@ pub fn check(b: &CudaBackend, p: &Problem, mode: Mode, launches: usize, what: &s
     check_against(b, p, &p.run(&CpuBackend).unwrap(), mode, launches, what)
 }
 
-/// Unsets a variable when dropped, also when the test panics.
-struct Unset(&'static str);
-
-impl Drop for Unset {
-    fn drop(&mut self) {
-        std::env::remove_var(self.0);
-    }
-}
-
-/// Sets `var` to `value` for the duration of `f` (the tests that do run on one thread).
-pub fn with_forced<T>(var: &'static str, value: &str, f: impl FnOnce() -> T) -> T {
-    let _unset = Unset(var);
-    std::env::set_var(var, value);
-    f()
+/// `b` routing under `op`'s forced choice `value` (as its `NVFP4_*_SM90` variable would write
+/// it), for `f`: the overrides are an argument, so tests that force run on any thread.
+pub fn with_forced<T>(b: &CudaBackend, op: Op, value: &str, f: impl FnOnce(&CudaBackend) -> T) -> T {
+    let forced = Forced::parse(value).unwrap_or_else(|| panic!("{value}: not a forced choice"));
+    let overrides = match op {
+        Op::Gemm => Overrides::gemm(forced),
+        Op::Dual => Overrides::dual(forced),
+        Op::Grouped => Overrides::grouped(forced),
+    };
+    f(&b.with_overrides(overrides))
 }
 
 /// `t` with its scales replaced by pseudo-random e4m3 codes from `codes` (plain layout, seeded

@@ -3,29 +3,31 @@
 //! for each operation on device operands (bind).
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaFunction, CudaModule};
 
 use super::compile;
-use super::device::{self, DeviceF16, DeviceNvfp4, I32View, Nvfp4View, Workspace, WorkspaceNeeds};
-use super::device_op::{self, BoundOp, DeviceOp, GemmViews, Work};
-use super::fallback::{self, MmaLaunch, MmaOperands};
-use super::gemv::{self, GemvConfig, GemvLaunch};
-use super::kernels::{self, sm90::Op, sm90::DECODE_X, sm90::DECODE_X_SYMBOL, KernelModule};
+use super::device::{self, DeviceF16, DeviceNvfp4, DeviceOp, I32View, Nvfp4View, Workspace, WorkspaceNeeds};
+use super::device_op::{self, BoundOp};
+use super::family::{DeviceFacts, Kernels};
+use super::kernels::{self, KernelModule};
+use super::overrides::Overrides;
 use super::quantize::{self, DenseView, GlobalSource, QuantizeKernels, ScalarView};
+use super::route::{self, Route};
 use super::runtime::{cuda_err, ContextScope, Gpu, StreamHandle};
-use super::sm90::{self, Forced, GroupedLaunch, GroupedOperands, Sm90Kernels, Sm90Launch, Sm90Operands};
-use super::small::{self, SmallLaunch};
 use crate::format::{F16Tensor, Nvfp4Tensor, OutTensor, OutputDtype};
+use crate::ops::OpMeta;
 use crate::Result;
 
 /// The CUDA backend: device 0's primary context and a stream, the kernel modules loaded so far,
 /// and a workspace reused by the launches [`CudaBackend::bind`] makes.
 pub struct CudaBackend {
     gpu: Arc<Gpu>,
-    modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
-    workspace: Mutex<Option<Workspace>>,
+    modules: Arc<Mutex<HashMap<&'static str, Arc<CudaModule>>>>,
+    workspace: Arc<Mutex<Option<Workspace>>>,
+    overrides: Overrides,
 }
 
 impl CudaBackend {
@@ -38,7 +40,19 @@ impl CudaBackend {
     /// Opens device `ordinal` (its primary context: the one PyTorch uses for that device).
     pub fn on_device(ordinal: usize) -> Result<Self> {
         let gpu = Arc::new(Gpu::open_device(ordinal)?);
-        Ok(Self { gpu, modules: Mutex::new(HashMap::new()), workspace: Mutex::new(None) })
+        Ok(Self { gpu, modules: Arc::default(), workspace: Arc::default(), overrides: Overrides::NONE })
+    }
+
+    /// The same backend (device, loaded kernels, shared workspace) routing under `overrides`:
+    /// forced configurations, the route printout ([`Overrides::from_env`] reads what the
+    /// environment asks for; a program does that once, where it starts).
+    pub fn with_overrides(&self, overrides: Overrides) -> Self {
+        Self { gpu: self.gpu.clone(), modules: self.modules.clone(), workspace: self.workspace.clone(), overrides }
+    }
+
+    /// The overrides it routes under.
+    pub fn overrides(&self) -> &Overrides {
+        &self.overrides
     }
 
     /// The device's ordinal.
@@ -164,7 +178,7 @@ impl CudaBackend {
         device::download(&self.gpu, t)
     }
 
-    /// Plans and binds `op` with the backend's shared workspace (grown when a plan needs more;
+    /// Routes and binds `op` with the backend's shared workspace (grown when a plan needs more;
     /// launches that hold an older one keep it alive). Launches of operations bound this way must
     /// stay on one stream: they share the workspace.
     pub fn bind(&self, op: DeviceOp<'_>) -> Result<BoundOp> {
@@ -172,151 +186,64 @@ impl CudaBackend {
         self.bind_with(op, &mut ws)
     }
 
-    /// [`CudaBackend::bind`] with a workspace of the caller's (replaced when too small).
+    /// [`CudaBackend::bind`] with a workspace of the caller's (replaced when too small): checks
+    /// the operation's rules, asks the router which family runs it with which plan (under the
+    /// backend's overrides; printed when they say so), and binds that plan.
     pub fn bind_with(&self, op: DeviceOp<'_>, ws: &mut Option<Workspace>) -> Result<BoundOp> {
-        let gpu = &self.gpu;
-        let sms = gpu.info().sms as usize;
-        let mut workspace = |needs: WorkspaceNeeds| grown(gpu, ws, needs);
-        let work = match op {
-            DeviceOp::Gemv(v) => {
-                let (a, b) = (&v.a.meta, &v.b.meta);
-                if b.layout != a.layout {
-                    return Err(crate::Error::Shape("gemv: A and B must share one scale layout".into()));
-                }
-                let mut failure = None;
-                let config = GemvConfig::choose((a.rows, a.k, a.l), a.layout, v.c.dtype, sms, |sym, smem| {
-                    match self.function(&kernels::gemv::GEMV, sym) {
-                        Ok(f) => {
-                            let _ = gpu.allow_smem(&f, smem);
-                            f.occupancy_max_active_blocks_per_multiprocessor(gemv::THREADS, smem, None).unwrap_or(1)
-                                as usize
-                        }
-                        Err(e) => {
-                            failure = Some(e);
-                            1
-                        }
-                    }
-                });
-                if let Some(e) = failure {
-                    return Err(e);
-                }
-                let f = self.function(&kernels::gemv::GEMV, config.symbol)?;
-                let ws = workspace(config.scratch())?;
-                Work::Gemv(Box::new(GemvLaunch::bind(gpu, config, f, (v.a, v.b), v.alpha, v.c, &ws)?))
-            }
-            DeviceOp::Gemm(v)
-                if small::chosen(
-                    (v.a.meta.rows, v.b.meta.rows, v.a.meta.k, v.a.meta.l),
-                    sms,
-                    Forced::from_env(Op::Gemm),
-                ) =>
-            {
-                let f = self.function(&kernels::small::SMALL, small::SMALL_SYMBOL)?;
-                Work::Small(SmallLaunch::bind(f, &v)?)
-            }
-            DeviceOp::Gemm(v) => {
-                let ops = Sm90Operands { a: v.a, b: std::slice::from_ref(v.b), alpha: v.alpha, c: v.c };
-                match self.bind_sm90(Op::Gemm, &ops, &mut workspace)? {
-                    Some(w) => Work::Sm90(Box::new(w)),
-                    None => self.bind_fallback(fallback::GEMM_SYMBOL, &[mma(&v)])?,
-                }
-            }
-            DeviceOp::DualGemm { a, b1, b2, alpha, c } => {
-                let b = [b1.clone(), b2.clone()];
-                let ops = Sm90Operands { a, b: &b, alpha, c };
-                match self.bind_sm90(Op::Dual, &ops, &mut workspace)? {
-                    Some(w) => Work::Sm90(Box::new(w)),
-                    None => {
-                        let op = MmaOperands { a, b: b1, b2: Some(b2), alpha, c };
-                        self.bind_fallback(fallback::DUAL_SYMBOL, &[op])?
-                    }
-                }
-            }
-            DeviceOp::GroupedGemm(groups) => {
-                match self.bind_grouped(&GroupedOperands::List(groups), &mut workspace)? {
-                    Some(w) => Work::Grouped(Box::new(w)),
-                    None => {
-                        let ops: Vec<MmaOperands<'_>> = groups.iter().map(mma).collect();
-                        self.bind_fallback(fallback::GEMM_SYMBOL, &ops)?
-                    }
-                }
-            }
-            DeviceOp::MoeGemm { a, b, offsets, alpha, c } => {
-                let ops = GroupedOperands::Moe { a, b, offsets, alpha, c };
-                match self.bind_grouped(&ops, &mut workspace)? {
-                    Some(w) => Work::Grouped(Box::new(w)),
-                    // The offsets are on the device: no host-side split into a list.
-                    None => {
-                        let why = sm90::grouped_rejects(&ops.shape()?, None).unwrap_or_default();
-                        return Err(crate::Error::Shape(format!("MoE grouped gemm: {why}")));
-                    }
-                }
-            }
-        };
-        Ok(BoundOp { gpu: self.gpu.clone(), work, captured: Default::default() })
+        let route = self.route(&op.meta())?;
+        if self.overrides.print_routes {
+            // Not eprintln!, which panics when stderr is closed: a lost printout is no failure.
+            let _ = writeln!(std::io::stderr(), "nvfp4 route: {route}");
+        }
+        let w = grown(&self.gpu, ws, route.plan.needs())?;
+        let launch = route.plan.bind(self, &op, &w)?;
+        Ok(BoundOp { gpu: self.gpu.clone(), route, launch, captured: Default::default() })
     }
 
-    /// Binds `ops` to the skeleton's kernels of `op`, or `None` when the skeleton does not take
-    /// the shape (its alignment rules, or forced off).
-    fn bind_sm90(
+    /// The route of an operation on this device under the backend's overrides.
+    pub fn route(&self, op: &OpMeta) -> Result<Route> {
+        route::route(op, self, &self.overrides)
+    }
+}
+
+impl Kernels for CudaBackend {
+    fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+    fn function(&self, m: &'static KernelModule, symbol: &str) -> Result<CudaFunction> {
+        CudaBackend::function(self, m, symbol)
+    }
+}
+
+impl DeviceFacts for CudaBackend {
+    fn sms(&self) -> usize {
+        self.gpu.info().sms as usize
+    }
+    fn ctas_per_sm(
         &self,
-        op: Op,
-        ops: &Sm90Operands<'_>,
-        workspace: &mut dyn FnMut(WorkspaceNeeds) -> Result<Workspace>,
-    ) -> Result<Option<Sm90Launch>> {
-        let (a, b) = (&ops.a.meta, &ops.b[0].meta);
-        let mnkl = (a.rows, b.rows, a.k, a.l);
-        let forced = Forced::from_env(op);
-        // The W parts share one scale mode; B1 and B2 in different layouts take the fallback.
-        let mixed = ops.b.iter().any(|t| t.meta.layout != b.layout);
-        if mixed || sm90::rejects(op, mnkl, forced).is_some() {
-            return Ok(None);
-        }
-        let sms = self.gpu.info().sms as usize;
-        let mut plan = sm90::plan(op, mnkl, sms, forced);
-        let main = self.function(op.module(), plan.symbol())?;
-        let smem = plan.layout().smem_bytes; // the variant's: unchanged by a re-plan below
-        self.gpu.allow_smem(&main, smem)?;
-        // The schedule assumes every cluster of the grid runs at once; where the GPU holds fewer,
-        // CTAs without clusters instead.
-        if plan.launch_cluster() > 1 {
-            let fit = self.gpu.max_active_clusters(
-                &main,
-                (kernels::sm90::THREADS, 1, 1),
-                smem as u32,
-                plan.launch_cluster() as u32,
-            )?;
-            if (fit as usize) * plan.launch_cluster() < plan.grid {
-                plan = sm90::plan(op, mnkl, sms, Some(Forced::Config(plan.variant, Some(1), None)));
-            }
-        }
-        let kernels = Sm90Kernels { main, decode_x: self.function(&DECODE_X, DECODE_X_SYMBOL)? };
-        let ws = workspace(plan.scratch().needs)?;
-        Ok(Some(sm90::bind(&plan, kernels, ops, &ws)?))
+        module: &'static KernelModule,
+        symbol: &'static str,
+        threads: u32,
+        smem: usize,
+    ) -> Result<usize> {
+        let f = self.function(module, symbol)?;
+        self.gpu.allow_smem(&f, smem)?;
+        f.occupancy_max_active_blocks_per_multiprocessor(threads, smem, None)
+            .map(|n| n as usize)
+            .map_err(cuda_err("cuOccupancyMaxActiveBlocksPerMultiprocessor"))
     }
-
-    /// Binds a grouped launch to the skeleton, or `None` when it does not take the shape.
-    fn bind_grouped(
+    fn clusters_fit(
         &self,
-        ops: &GroupedOperands<'_>,
-        workspace: &mut dyn FnMut(WorkspaceNeeds) -> Result<Workspace>,
-    ) -> Result<Option<GroupedLaunch>> {
-        let shape = ops.shape()?;
-        let forced = Forced::from_env(Op::Grouped);
-        if sm90::grouped_rejects(&shape, forced).is_some() {
-            return Ok(None);
-        }
-        let plan = sm90::grouped_plan(&shape, self.gpu.info().sms as usize, forced);
-        let main = self.function(Op::Grouped.module(), plan.symbol())?;
-        self.gpu.allow_smem(&main, plan.smem_bytes())?;
-        let prepare = self.function(Op::Grouped.module(), kernels::grouped::PREPARE_SYMBOL)?;
-        let ws = workspace(plan.scratch().needs)?;
-        Ok(Some(sm90::bind_grouped(&self.gpu, &plan, (prepare, main), ops, &ws)?))
-    }
-
-    fn bind_fallback(&self, symbol: &'static str, ops: &[MmaOperands<'_>]) -> Result<Work> {
-        let f = self.function(&kernels::fallback::FALLBACK, symbol)?;
-        Ok(Work::Mma(MmaLaunch::bind(&self.gpu, symbol, f, ops)?))
+        module: &'static KernelModule,
+        symbol: &'static str,
+        threads: u32,
+        smem: usize,
+        cluster: usize,
+    ) -> Result<usize> {
+        let f = self.function(module, symbol)?;
+        self.gpu.allow_smem(&f, smem)?;
+        let fit = self.gpu.max_active_clusters(&f, (threads, 1, 1), smem as u32, cluster as u32)?;
+        Ok(fit as usize)
     }
 }
 
@@ -331,9 +258,4 @@ fn grown(gpu: &Gpu, ws: &mut Option<Workspace>, needs: WorkspaceNeeds) -> Result
     let w = Workspace::new(gpu, size)?;
     *ws = Some(w.clone());
     Ok(w)
-}
-
-/// A GEMM's operands for the fallback.
-fn mma<'a>(v: &GemmViews<'a>) -> MmaOperands<'a> {
-    MmaOperands { a: v.a, b: v.b, b2: None, alpha: v.alpha, c: v.c }
 }

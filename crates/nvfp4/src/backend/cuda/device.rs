@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::CudaSlice;
 
 use super::runtime::{Gpu, StreamFences, StreamHandle};
+pub use crate::format::Nvfp4Meta;
 use crate::format::{Nvfp4Tensor, OutTensor, OutputDtype, ScaleLayout};
+use crate::ops::{Group, Offsets, Op, Operand, OutMeta, Output};
 use crate::{Error, Result};
 
 /// Device memory the backend owns (an operand's buffers, an output, a workspace, a launch's
@@ -67,32 +69,6 @@ impl<B: Send + Sync> Read for Owned<B> {
 
 /// Something a bound launch keeps alive because its parameters hold addresses into it.
 pub(crate) type Keep = Arc<dyn Read>;
-
-/// Shape, scale layout and global scale of an NVFP4 tensor `[L, rows, K]`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Nvfp4Meta {
-    /// Batch count L.
-    pub l: usize,
-    /// Rows per batch.
-    pub rows: usize,
-    /// K in elements (a multiple of 16).
-    pub k: usize,
-    /// Layout of the scales.
-    pub layout: ScaleLayout,
-    /// Per-tensor FP32 global scale (1.0 when none).
-    pub global_scale: f32,
-}
-
-impl Nvfp4Meta {
-    /// Bytes of the packed values, `[L, rows, K/2]`.
-    pub fn value_bytes(&self) -> usize {
-        self.l * self.rows * (self.k / 2)
-    }
-    /// Bytes of the scales in their layout.
-    pub fn scale_bytes(&self) -> usize {
-        self.layout.len(self.l, self.rows, self.k)
-    }
-}
 
 /// An NVFP4 tensor in device memory: values `[L, rows, K/2]` u8 and scales (plain or blocked).
 pub struct DeviceNvfp4 {
@@ -235,7 +211,7 @@ pub(crate) fn to_i32(x: usize, what: &str) -> Result<i32> {
 /// Uploads a host NVFP4 tensor: the one path from host operand data to the device. Sizes are
 /// checked against the GPU's free memory first.
 pub(crate) fn upload(gpu: &Gpu, t: &Nvfp4Tensor) -> Result<DeviceNvfp4> {
-    let meta = Nvfp4Meta { l: t.l(), rows: t.rows(), k: t.k(), layout: t.layout(), global_scale: t.global_scale() };
+    let meta = t.meta();
     gpu.check_fits::<u8>(t.nbytes(), &format!("an NVFP4 tensor [{}, {}, {}]", meta.l, meta.rows, meta.k))?;
     let values = gpu.upload(t.values(), "packed values")?;
     let scales = gpu.upload(t.scales(), "scales")?;
@@ -261,16 +237,30 @@ pub(crate) fn fill_f16(gpu: &Gpu, t: &DeviceF16, bits: u16) -> Result<()> {
     gpu.fill_u16(&t.buf, bits)
 }
 
-/// A GEMM-shaped problem on device operands: `c = A·Bᵀ` with an optional alpha.
-pub struct GemmViews<'a> {
-    /// `[L, M, K]`.
-    pub a: &'a Nvfp4View,
-    /// `[L, N, K]` (GEMV: `[L, 1, K]`).
-    pub b: &'a Nvfp4View,
-    /// The optional FP32 factor before the final rounding.
-    pub alpha: Option<f32>,
-    /// `[L, M, N]` output (f16 or bf16, its dtype).
-    pub c: &'a F16View,
+/// One operation on device operands: views of the NVFP4 operands, the MoE offsets and the
+/// outputs (see [`Op`] for each operation's operands).
+pub type DeviceOp<'a> = Op<&'a Nvfp4View, &'a I32View, &'a F16View>;
+
+/// A GEMM on device operands, one group of a grouped launch: `c = A·Bᵀ` with an optional alpha
+/// (A `[1, M, K]`, B `[1, N, K]`, c `[1, M, N]`).
+pub type GemmViews<'a> = Group<&'a Nvfp4View, &'a F16View>;
+
+impl Operand for Nvfp4View {
+    fn meta(&self) -> Nvfp4Meta {
+        self.meta
+    }
+}
+
+impl Offsets for I32View {
+    fn count(&self) -> usize {
+        self.len
+    }
+}
+
+impl Output for F16View {
+    fn out_meta(&self) -> Option<OutMeta> {
+        Some(OutMeta { shape: self.shape, dtype: self.dtype })
+    }
 }
 
 /// Device memory seen as `len` i32 values (a MoE launch's expert offsets).

@@ -1,80 +1,16 @@
-//! Operations on device-resident operands ([`DeviceOp`]) and an operation bound to them
-//! ([`BoundOp`]): what [`CudaBackend::bind`](super::CudaBackend::bind) takes and returns.
+//! An operation bound to device operands ([`BoundOp`]): what
+//! [`CudaBackend::bind`](super::CudaBackend::bind) returns for a [`DeviceOp`](super::DeviceOp),
+//! holding its route and the family's [`Launch`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-pub use super::device::GemmViews;
-use super::device::{F16View, I32View, Keep, Nvfp4View};
-use super::fallback::MmaLaunch;
-use super::gemv::{GemvConfig, GemvLaunch};
-use super::kernels::{grouped::PREPARE_SYMBOL, pdl_ready, sm90::DECODE_X_SYMBOL};
+use super::device::Keep;
+use super::family::Launch;
+use super::kernels::pdl_ready;
+use super::route::Route;
 use super::runtime::{Capture, Gpu, StreamHandle};
-use super::sm90::{GroupedLaunch, Sm90Launch};
-use super::small::{SmallLaunch, SMALL_SYMBOL};
 use crate::Result;
-
-/// One operation on device operands.
-pub enum DeviceOp<'a> {
-    /// Batched GEMV (B has one row per batch; both operands in one scale layout).
-    Gemv(GemmViews<'a>),
-    /// GEMM.
-    Gemm(GemmViews<'a>),
-    /// Gated dual GEMM: `c = f16(silu(A·B1ᵀ) * (A·B2ᵀ))`, alpha applied to each product.
-    DualGemm {
-        /// `[L, M, K]`.
-        a: &'a Nvfp4View,
-        /// `[L, N, K]`, the gate weight.
-        b1: &'a Nvfp4View,
-        /// `[L, N, K]`, the up weight.
-        b2: &'a Nvfp4View,
-        /// The optional FP32 factor of each product.
-        alpha: Option<f32>,
-        /// `[L, M, N]` f16 output.
-        c: &'a F16View,
-    },
-    /// Grouped GEMM: every group in one launch (L = 1 each).
-    GroupedGemm(&'a [GemmViews<'a>]),
-    /// The MoE form of the grouped GEMM: tokens `[1, T, K]` sorted by expert, every expert's
-    /// weights in one `[E, N, K]` tensor, `offsets[e]` the end row (exclusive) of expert e's
-    /// tokens, in device memory (never read by the host), output `[1, T, N]`. Rows at or past
-    /// `offsets[E - 1]` are not written; offsets are clamped into `[0, T]`.
-    MoeGemm {
-        /// The tokens.
-        a: &'a Nvfp4View,
-        /// The experts' weights.
-        b: &'a Nvfp4View,
-        /// E end rows, non-decreasing.
-        offsets: &'a I32View,
-        /// The optional FP32 factor before the final rounding.
-        alpha: Option<f32>,
-        /// The output.
-        c: &'a F16View,
-    },
-}
-
-/// What a bound operation launches.
-pub(super) enum Work {
-    Gemv(Box<GemvLaunch>),
-    Mma(MmaLaunch),
-    Small(SmallLaunch),
-    Sm90(Box<Sm90Launch>),
-    Grouped(Box<GroupedLaunch>),
-}
-
-impl Work {
-    /// The memory its launches read that the backend owns (operands, outputs, workspace,
-    /// descriptor tables).
-    fn keeps(&self) -> &[Keep] {
-        match self {
-            Work::Gemv(w) => &w.keep,
-            Work::Mma(w) => &w.keep,
-            Work::Small(w) => &w.keep,
-            Work::Sm90(w) => &w.keep,
-            Work::Grouped(w) => &w.keep,
-        }
-    }
-}
 
 /// An operation bound to device operands, output and workspace: launchable any number of times,
 /// on any stream of the backend's context, with no allocation and no copy.
@@ -87,7 +23,8 @@ impl Work {
 /// launch was captured).
 pub struct BoundOp {
     pub(super) gpu: Arc<Gpu>,
-    pub(super) work: Work,
+    pub(super) route: Route,
+    pub(super) launch: Box<dyn Launch>,
     pub(super) captured: AtomicBool,
 }
 
@@ -114,7 +51,7 @@ impl BoundOp {
     /// True when [`BoundOp::launch_chained_on`] launches the first kernel as a programmatic
     /// dependent (its kernel is in [`PDL_READY`](super::kernels::PDL_READY)).
     pub fn chains(&self) -> bool {
-        pdl_ready(self.first_symbol())
+        pdl_ready(self.launch.first_symbol())
     }
     /// True when a launch of it on a stream other than the backend's own was captured into a
     /// CUDA graph, which may read its memory for as long as the graph lives.
@@ -122,44 +59,19 @@ impl BoundOp {
         self.captured.load(Ordering::Relaxed)
     }
     fn enqueue(&self, stream: StreamHandle, chain: bool) -> Result<()> {
-        match &self.work {
-            Work::Gemv(w) => w.launch(&self.gpu, stream, chain),
-            Work::Mma(w) => w.launch(&self.gpu, stream, chain),
-            Work::Small(w) => w.launch(&self.gpu, stream, chain),
-            Work::Sm90(w) => w.launch(&self.gpu, stream, chain),
-            Work::Grouped(w) => w.launch(&self.gpu, stream, chain),
-        }?;
-        if note_reads(&self.gpu, stream, self.work.keeps())? == Capture::Active {
+        self.launch.enqueue(&self.gpu, stream, chain)?;
+        if note_reads(&self.gpu, stream, self.launch.keeps())? == Capture::Active {
             self.captured.store(true, Ordering::Relaxed);
         }
         Ok(())
     }
-    /// The symbol of the first kernel a launch enqueues.
-    fn first_symbol(&self) -> &'static str {
-        match &self.work {
-            Work::Gemv(w) => w.config.symbol,
-            Work::Mma(w) => w.config.symbol,
-            Work::Small(_) => SMALL_SYMBOL,
-            Work::Sm90(_) => DECODE_X_SYMBOL,
-            Work::Grouped(_) => PREPARE_SYMBOL,
-        }
-    }
-    /// The launch configuration, printable.
+    /// The launch configuration, printable (the plan of its route).
     pub fn describe(&self) -> String {
-        match &self.work {
-            Work::Gemv(w) => w.config.to_string(),
-            Work::Mma(w) => w.config.to_string(),
-            Work::Small(w) => w.config.to_string(),
-            Work::Sm90(w) => w.plan.to_string(),
-            Work::Grouped(w) => w.plan.to_string(),
-        }
+        self.route.plan()
     }
-    /// The GEMV configuration, when this is a GEMV.
-    pub fn gemv_config(&self) -> Option<&GemvConfig> {
-        match &self.work {
-            Work::Gemv(w) => Some(&w.config),
-            Work::Mma(_) | Work::Small(_) | Work::Sm90(_) | Work::Grouped(_) => None,
-        }
+    /// Its route: the family, the plan, and why the families before it declined.
+    pub fn route(&self) -> &Route {
+        &self.route
     }
 }
 

@@ -7,10 +7,13 @@ use std::fmt;
 
 use cudarc::driver::CudaFunction;
 
-use super::device::{product_alpha, to_i32, F16View, Keep, Nvfp4View, Owned};
-use super::kernels::fallback::{MmaParams, MmaProblem};
+use super::device::{product_alpha, to_i32, DeviceOp, F16View, Keep, Nvfp4View, Owned, Workspace, WorkspaceNeeds};
+use super::family::{DeviceFacts, Kernels, Launch, Plan, Verdict};
+use super::kernels::fallback::{MmaParams, MmaProblem, FALLBACK};
 use super::kernels::pdl_ready;
+use super::overrides::Overrides;
 use super::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
+use crate::ops::{Op, OpMeta};
 use crate::{Error, Result};
 
 pub use super::kernels::fallback::{DUAL_SYMBOL, GEMM_SYMBOL, PREFETCH, THREADS, TILE_K, TILE_M, TILE_N};
@@ -43,6 +46,61 @@ impl fmt::Display for MmaConfig {
     }
 }
 
+impl MmaConfig {
+    /// The launch of `symbol` over problems of these (M, N, K, L): every problem's tiles,
+    /// flattened into one grid.
+    pub fn new(symbol: &'static str, problems: Vec<(usize, usize, usize, usize)>) -> Self {
+        let grid = problems.iter().map(|&(m, n, _, l)| m.div_ceil(TILE_M) * n.div_ceil(TILE_N) * l).sum();
+        Self { symbol, problems, grid }
+    }
+}
+
+/// The fallback family's verdict: any GEMM, dual GEMM or list of groups (it is correct for every
+/// shape, so it comes last). Not the MoE form: its offsets live on the device, and splitting the
+/// tokens into groups would need them on the host.
+pub(crate) fn route(op: &OpMeta, _: &dyn DeviceFacts, _: &Overrides) -> Result<Verdict> {
+    let gemm = |a: &crate::format::Nvfp4Meta, b: &crate::format::Nvfp4Meta| (a.rows, b.rows, a.k, a.l);
+    let config = match op {
+        Op::Gemm { a, b, .. } => MmaConfig::new(GEMM_SYMBOL, vec![gemm(a, b)]),
+        Op::DualGemm { a, b1, .. } => MmaConfig::new(DUAL_SYMBOL, vec![gemm(a, b1)]),
+        Op::GroupedGemm(groups) => MmaConfig::new(GEMM_SYMBOL, groups.iter().map(|g| gemm(&g.a, &g.b)).collect()),
+        Op::MoeGemm { .. } => {
+            return Ok(Verdict::Declines(
+                "the experts' offsets are on the device, where only one grouped launch reads them".into(),
+            ))
+        }
+        Op::Gemv { .. } => return Ok(Verdict::NotItsOp),
+    };
+    Ok(Verdict::Takes(Box::new(config)))
+}
+
+impl Plan for MmaConfig {
+    fn family(&self) -> &'static str {
+        "fallback"
+    }
+    fn needs(&self) -> WorkspaceNeeds {
+        WorkspaceNeeds::default()
+    }
+    fn bind(&self, k: &dyn Kernels, op: &DeviceOp<'_>, _: &Workspace) -> Result<Box<dyn Launch>> {
+        let ops: Vec<MmaOperands<'_>> = match op {
+            Op::Gemm { a, b, alpha, c } => vec![MmaOperands { a, b, b2: None, alpha: *alpha, c }],
+            Op::DualGemm { a, b1, b2, alpha, c } => vec![MmaOperands { a, b: b1, b2: Some(b2), alpha: *alpha, c }],
+            Op::GroupedGemm(groups) => {
+                groups.iter().map(|g| MmaOperands { a: g.a, b: g.b, b2: None, alpha: g.alpha, c: g.c }).collect()
+            }
+            Op::Gemv { .. } | Op::MoeGemm { .. } => {
+                return Err(Error::Invalid(format!("a fallback plan bound to a {}", op.name())))
+            }
+        };
+        let func = k.function(&FALLBACK, self.symbol)?;
+        let launch = MmaLaunch::bind(k.gpu(), self.symbol, func, &ops)?;
+        if launch.config != *self {
+            return Err(Error::Shape("fallback: the operands do not have the plan's shapes".into()));
+        }
+        Ok(Box::new(launch))
+    }
+}
+
 /// One GEMM-like problem of a fallback launch: A, B (and B2 for the dual GEMM), alpha, output.
 pub struct MmaOperands<'a> {
     /// `[L, M, K]`.
@@ -64,7 +122,7 @@ pub(crate) struct MmaLaunch {
     params: MmaParams,
     /// What its launches read: operands, outputs and, for several problems, the descriptor
     /// table the params point into (one problem travels by value).
-    pub(crate) keep: Vec<Keep>,
+    keep: Vec<Keep>,
 }
 
 impl MmaLaunch {
@@ -127,12 +185,18 @@ impl MmaLaunch {
         };
         Ok(Self { config: MmaConfig { symbol, problems: shapes, grid }, func, params, keep })
     }
+}
 
-    /// Enqueues the kernel on `stream`; `chain`: as a programmatic dependent of the previous
-    /// kernel there, when the kernel is ready for it ([`pdl_ready`]).
-    pub fn launch(&self, gpu: &Gpu, stream: StreamHandle, chain: bool) -> Result<()> {
+impl Launch for MmaLaunch {
+    fn enqueue(&self, gpu: &Gpu, stream: StreamHandle, chain: bool) -> Result<()> {
         let options = LaunchOptions { dependent: chain && pdl_ready(self.config.symbol), cluster_x: 0 };
         let shape = LaunchShape::linear(self.config.grid as u32, THREADS, 0).with(options);
         gpu.launch(stream, &self.func, shape, &self.params)
+    }
+    fn first_symbol(&self) -> &'static str {
+        self.config.symbol
+    }
+    fn keeps(&self) -> &[Keep] {
+        &self.keep
     }
 }

@@ -8,11 +8,14 @@ use std::fmt;
 
 use cudarc::driver::CudaFunction;
 
-use super::device::{product_alpha, F16View, Keep, Nvfp4View, Workspace, WorkspaceNeeds};
-use super::kernels::gemv::GemvParams;
+use super::device::{product_alpha, DeviceOp, F16View, Keep, Nvfp4View, Workspace, WorkspaceNeeds};
+use super::family::{DeviceFacts, Kernels, Launch, Plan, Verdict};
+use super::kernels::gemv::{GemvParams, GEMV};
 use super::kernels::pdl_ready;
+use super::overrides::Overrides;
 use super::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
 use crate::format::{OutputDtype, ScaleLayout};
+use crate::ops::{Op, OpMeta};
 use crate::{Error, Result};
 
 /// Threads per CTA (8 warps).
@@ -197,12 +200,51 @@ impl fmt::Display for GemvConfig {
     }
 }
 
+/// The GEMV family's verdict: every GEMV whose operands share one scale layout (the kernel
+/// reads both in one; the host path converts B first), with the heuristic's configuration.
+pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, _: &Overrides) -> Result<Verdict> {
+    let Op::Gemv { a, b, c, .. } = op else {
+        return Ok(Verdict::NotItsOp);
+    };
+    if a.layout != b.layout {
+        return Ok(Verdict::Declines("A and B must share one scale layout".into()));
+    }
+    let dtype = c.map_or(OutputDtype::F16, |c| c.dtype);
+    let mut failure = None;
+    let config = GemvConfig::choose((a.rows, a.k, a.l), a.layout, dtype, facts.sms(), |sym, smem| {
+        facts.ctas_per_sm(&GEMV, sym, THREADS, smem).unwrap_or_else(|e| {
+            failure = Some(e);
+            1
+        })
+    });
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(Verdict::Takes(Box::new(config))),
+    }
+}
+
+impl Plan for GemvConfig {
+    fn family(&self) -> &'static str {
+        "gemv"
+    }
+    fn needs(&self) -> WorkspaceNeeds {
+        self.scratch()
+    }
+    fn bind(&self, k: &dyn Kernels, op: &DeviceOp<'_>, ws: &Workspace) -> Result<Box<dyn Launch>> {
+        let Op::Gemv { a, b, alpha, c } = op else {
+            return Err(Error::Invalid(format!("a GEMV plan bound to a {}", op.name())));
+        };
+        let f = k.function(&GEMV, self.symbol)?;
+        Ok(Box::new(GemvLaunch::bind(k.gpu(), self.clone(), f, (a, b), *alpha, c, ws)?))
+    }
+}
+
 /// A GEMV bound to device operands, output and workspace.
 pub(crate) struct GemvLaunch {
-    pub config: GemvConfig,
+    config: GemvConfig,
     func: CudaFunction,
     params: GemvParams,
-    pub(crate) keep: Vec<Keep>,
+    keep: Vec<Keep>,
 }
 
 fn to_i32(x: usize, what: &str) -> Result<i32> {
@@ -280,14 +322,20 @@ impl GemvLaunch {
         let keep = [a.keep(), b.keep(), c.keep(), Some(ws.keep())].into_iter().flatten().collect();
         Ok(Self { config, func, params, keep })
     }
+}
 
-    /// Enqueues the kernel on `stream`; `chain`: as a programmatic dependent of the previous
-    /// kernel there, when the kernel is ready for it ([`pdl_ready`]).
-    pub fn launch(&self, gpu: &Gpu, stream: StreamHandle, chain: bool) -> Result<()> {
+impl Launch for GemvLaunch {
+    fn enqueue(&self, gpu: &Gpu, stream: StreamHandle, chain: bool) -> Result<()> {
         let c = &self.config;
         let options = LaunchOptions { dependent: chain && pdl_ready(c.symbol), cluster_x: 0 };
         let shape = LaunchShape::linear(c.grid as u32, THREADS, c.smem_bytes as u32).with(options);
         gpu.launch(stream, &self.func, shape, &self.params)
+    }
+    fn first_symbol(&self) -> &'static str {
+        self.config.symbol
+    }
+    fn keeps(&self) -> &[Keep] {
+        &self.keep
     }
 }
 

@@ -3,23 +3,20 @@
 //! no output goes through an enum.
 
 use super::backend::CudaBackend;
-use super::prepared::HostOp;
-use super::sm90::{self, Forced, GroupedShape, Op};
-use super::DeviceOp;
 use crate::format::{OutTensor, OutputDtype};
-use crate::ops::{Backend, DualGemm, Gemm, Gemv, GroupedGemm, MoeGemm};
+use crate::ops::{Backend, DualGemm, Gemm, Gemv, GroupedGemm, HostOp, MoeGemm};
 use crate::Result;
 
 impl CudaBackend {
     /// Runs `op` once on host data: its output tensors (one per group for grouped GEMM).
-    fn run_once(&self, op: HostOp<'_>, dtype: OutputDtype) -> Result<Vec<OutTensor>> {
+    fn run_once(&self, op: &HostOp<'_>, dtype: OutputDtype) -> Result<Vec<OutTensor>> {
         let mut staged = self.stage(op, true, dtype)?;
         staged.launch()?;
         staged.outputs()
     }
 
     /// [`CudaBackend::run_once`] of an operation with one output.
-    fn run_single(&self, op: HostOp<'_>, dtype: OutputDtype) -> Result<OutTensor> {
+    fn run_single(&self, op: &HostOp<'_>, dtype: OutputDtype) -> Result<OutTensor> {
         Ok(self.run_once(op, dtype)?.remove(0))
     }
 }
@@ -29,30 +26,25 @@ impl Backend for CudaBackend {
         "cuda"
     }
     fn gemv_as(&self, p: &Gemv, dtype: OutputDtype) -> Result<OutTensor> {
-        self.run_single(HostOp::Gemv(p), dtype)
+        self.run_single(&p.op(), dtype)
     }
     fn gemm_as(&self, p: &Gemm, dtype: OutputDtype) -> Result<OutTensor> {
-        self.run_single(HostOp::Gemm(p), dtype)
+        self.run_single(&p.op(), dtype)
     }
     fn dual_gemm_as(&self, p: &DualGemm, dtype: OutputDtype) -> Result<OutTensor> {
-        self.run_single(HostOp::DualGemm(p), dtype)
+        self.run_single(&p.op(), dtype)
     }
     fn grouped_gemm_as(&self, p: &GroupedGemm, dtype: OutputDtype) -> Result<Vec<OutTensor>> {
-        self.run_once(HostOp::GroupedGemm(p), dtype)
+        self.run_once(&p.op(), dtype)
     }
-    /// One launch that reads the offsets on the device (uploaded here); shapes the skeleton does
-    /// not take (K % 32 != 0, K < 64) run the experts with tokens as one grouped GEMM of host
+    /// One launch that reads the offsets on the device (uploaded here) where a family takes the
+    /// MoE form (its output starts as zeros: rows past the last offset stay zero); shapes none
+    /// takes (K % 32 != 0, K < 64) run the experts with tokens as one grouped GEMM of host
     /// slices instead, scattered into `[1, T, N]`.
     fn moe_gemm_as(&self, p: &MoeGemm, dtype: OutputDtype) -> Result<OutTensor> {
         p.validate()?;
-        let (e, t, n, k) = p.etnk();
-        if sm90::grouped_rejects(&GroupedShape::Moe { t, n, k, e }, Forced::from_env(Op::Grouped)).is_none() {
-            let (a, b) = (self.upload(&p.a)?, self.upload(&p.b)?);
-            let offsets = self.upload_i32(&p.offsets)?;
-            let c = self.alloc_output_as([1, t, n], dtype)?; // zero: rows past the last offset stay zero
-            let op = DeviceOp::MoeGemm { a: &a.view(), b: &b.view(), offsets: &offsets, alpha: p.alpha, c: &c.view() };
-            self.bind(op)?.launch()?;
-            return self.download_out(&c);
+        if self.route(&p.op().meta()).is_ok() {
+            return self.run_single(&p.op(), dtype);
         }
         let experts = p.routed_experts()?;
         if experts.is_empty() {

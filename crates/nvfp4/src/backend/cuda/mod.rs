@@ -28,13 +28,16 @@ pub mod compile;
 pub mod device;
 mod device_op;
 pub mod fallback;
+pub mod family;
 pub mod floors;
 pub mod gemv;
 mod host;
 pub mod kernels;
+pub mod overrides;
 mod prepared;
 pub mod quantize;
 mod quantize_job;
+pub mod route;
 mod runtime;
 pub mod sm90;
 pub mod small;
@@ -43,15 +46,20 @@ use std::sync::OnceLock;
 
 pub use backend::CudaBackend;
 pub use compile::{kernel_reports, kernel_reports_to, KernelReport, DEFAULT_ARCH};
-pub use device::{DeviceF16, DeviceNvfp4, F16View, I32View, Nvfp4Meta, Nvfp4View, Workspace, WorkspaceNeeds};
-pub use device_op::{BoundOp, DeviceOp, GemmViews};
+pub use device::{
+    DeviceF16, DeviceNvfp4, DeviceOp, F16View, GemmViews, I32View, Nvfp4Meta, Nvfp4View, Workspace, WorkspaceNeeds,
+};
+pub use device_op::BoundOp;
 pub use fallback::MmaConfig;
+pub use family::{DeviceFacts, Modeled};
 pub use floors::{Floors, ReadKernel, ReadSetting, ReadSource, ReadSums};
 pub use gemv::GemvConfig;
 pub use kernels::KernelModule;
+pub use overrides::Overrides;
 pub use prepared::{Prepared, F16_NAN_BITS};
 pub use quantize::{DenseType, DenseView, GlobalSource, ScalarView};
 pub use quantize_job::{DenseBytes, JobGlobal, QuantizeJob};
+pub use route::{route, Route};
 pub use runtime::{ContextScope, StreamHandle};
 pub use sm90::{GroupedPlan, Sm90Plan};
 

@@ -5,13 +5,15 @@ use std::fmt;
 
 use cudarc::driver::CudaFunction;
 
-use super::device::{product_alpha, to_i32, Keep};
-use super::device_op::GemmViews;
+use super::device::{product_alpha, to_i32, DeviceOp, Keep, Workspace, WorkspaceNeeds};
+use super::family::{DeviceFacts, Kernels, Launch, Plan, Verdict};
 use super::kernels::pdl_ready;
 use super::kernels::sm90::DECODE_BIAS;
-use super::kernels::small::{SmallParams, CHUNK_K, THREADS, TILE_M, TILE_N, WARPS};
+use super::kernels::small::{SmallParams, CHUNK_K, SMALL, THREADS, TILE_M, TILE_N, WARPS};
+use super::overrides::Overrides;
 use super::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
 use super::sm90::Forced;
+use crate::ops::{Op, OpMeta};
 use crate::{Error, Result};
 
 pub use super::kernels::small::SMALL_SYMBOL;
@@ -37,6 +39,27 @@ pub fn chosen(mnkl: (usize, usize, usize, usize), sms: usize, forced: Option<For
             chunks.div_ceil(WARPS) <= MAX_CHUNKS_PER_WARP && ctas(mnkl) * chunks <= MAX_CHUNKS_PER_SM * sms
         }
     }
+}
+
+/// The small family's verdict: a GEMM that [`chosen`] gives it (`NVFP4_GEMM_SM90` included).
+pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, overrides: &Overrides) -> Result<Verdict> {
+    let Op::Gemm { a, b, .. } = op else {
+        return Ok(Verdict::NotItsOp);
+    };
+    let mnkl = (a.rows, b.rows, a.k, a.l);
+    let forced = overrides.gemm;
+    Ok(if chosen(mnkl, facts.sms(), forced) {
+        Verdict::Takes(Box::new(SmallConfig { mnkl, grid: ctas(mnkl) }))
+    } else if let Some(f) = forced {
+        Verdict::Declines(format!("NVFP4_GEMM_SM90 forces {f:?}"))
+    } else {
+        let chunks = mnkl.2.div_ceil(CHUNK_K);
+        Verdict::Declines(format!(
+            "{} chunks of K per warp (at most {MAX_CHUNKS_PER_WARP}), {} CTA-chunks per SM (at most {MAX_CHUNKS_PER_SM})",
+            chunks.div_ceil(WARPS),
+            (ctas(mnkl) * chunks).div_ceil(facts.sms().max(1))
+        ))
+    })
 }
 
 /// Most 64-element chunks per warp where the small kernel is chosen on its own.
@@ -65,53 +88,67 @@ impl fmt::Display for SmallConfig {
     }
 }
 
-/// A GEMM bound to the small kernel.
-pub(crate) struct SmallLaunch {
-    pub config: SmallConfig,
-    func: CudaFunction,
-    params: SmallParams,
-    pub(crate) keep: Vec<Keep>,
-}
-
-impl SmallLaunch {
-    /// Binds a GEMM's views to `func` ([`SMALL_SYMBOL`]).
-    pub fn bind(func: CudaFunction, v: &GemmViews<'_>) -> Result<Self> {
-        let (a, b) = (&v.a.meta, &v.b.meta);
-        let (m, n, k, l) = (a.rows, b.rows, a.k, a.l);
-        if (b.l, b.k) != (l, k) {
-            return Err(Error::Shape(format!("small gemm: B {b:?} does not match A {a:?}")));
+impl Plan for SmallConfig {
+    fn family(&self) -> &'static str {
+        "small"
+    }
+    fn needs(&self) -> WorkspaceNeeds {
+        WorkspaceNeeds::default()
+    }
+    /// Binds a GEMM's views (of the plan's shape) to the kernel.
+    fn bind(&self, k: &dyn Kernels, op: &DeviceOp<'_>, _: &Workspace) -> Result<Box<dyn Launch>> {
+        let Op::Gemm { a, b, alpha, c } = op else {
+            return Err(Error::Invalid(format!("a small-GEMM plan bound to a {}", op.name())));
+        };
+        let (m, n, kk, l) = self.mnkl;
+        if (a.meta.l, a.meta.rows, a.meta.k, b.meta.rows) != (l, m, kk, n) || c.shape != [l, m, n] {
+            return Err(Error::Shape(format!(
+                "small gemm: operands and output do not have the plan's shape {m}x{n}x{kk}x{l}"
+            )));
         }
-        if v.c.shape != [l, m, n] {
-            return Err(Error::Shape(format!("small gemm: output {:?}, wants [{l}, {m}, {n}]", v.c.shape)));
-        }
-        let mnkl = (m, n, k, l);
-        let grid = ctas(mnkl);
-        to_i32(grid, "CTAs")?;
+        to_i32(self.grid, "CTAs")?;
         let params = SmallParams {
-            a: v.a.values,
-            sfa: v.a.scales,
-            b: v.b.values,
-            sfb: v.b.scales,
-            c: v.c.addr,
+            a: a.values,
+            sfa: a.scales,
+            b: b.values,
+            sfb: b.scales,
+            c: c.addr,
             // The 2^-7 of each operand's biased decode comes back here (a power of two: exact).
-            alpha: product_alpha(v.alpha, v.a, v.b) * DECODE_BIAS,
+            alpha: product_alpha(*alpha, a, b) * DECODE_BIAS,
             m: to_i32(m, "M")?,
             n: to_i32(n, "N")?,
-            k: to_i32(k, "K")?,
+            k: to_i32(kk, "K")?,
             l: to_i32(l, "L")?,
-            layouts: v.a.blocked_flag() | v.b.blocked_flag() << 1,
-            out_bf16: v.c.bf16_flag(),
+            layouts: a.blocked_flag() | b.blocked_flag() << 1,
+            out_bf16: c.bf16_flag(),
         };
-        let keep = [v.a.keep(), v.b.keep(), v.c.keep()].into_iter().flatten().collect();
-        Ok(Self { config: SmallConfig { mnkl, grid }, func, params, keep })
+        let keep = [a.keep(), b.keep(), c.keep()].into_iter().flatten().collect();
+        let func = k.function(&SMALL, SMALL_SYMBOL)?;
+        Ok(Box::new(SmallLaunch { grid: self.grid, func, params, keep }))
     }
+}
 
-    /// Enqueues the kernel on `stream`; `chain`: as a programmatic dependent of the previous
-    /// kernel there (the kernel waits before it touches memory).
-    pub fn launch(&self, gpu: &Gpu, stream: StreamHandle, chain: bool) -> Result<()> {
+/// A GEMM bound to the small kernel.
+struct SmallLaunch {
+    grid: usize,
+    func: CudaFunction,
+    params: SmallParams,
+    keep: Vec<Keep>,
+}
+
+impl Launch for SmallLaunch {
+    /// `chain`: as a programmatic dependent of the previous kernel (the kernel waits before it
+    /// touches memory).
+    fn enqueue(&self, gpu: &Gpu, stream: StreamHandle, chain: bool) -> Result<()> {
         let options = LaunchOptions { dependent: chain && pdl_ready(SMALL_SYMBOL), cluster_x: 0 };
-        let shape = LaunchShape::linear(self.config.grid as u32, THREADS, 0).with(options);
+        let shape = LaunchShape::linear(self.grid as u32, THREADS, 0).with(options);
         gpu.launch(stream, &self.func, shape, &self.params)
+    }
+    fn first_symbol(&self) -> &'static str {
+        SMALL_SYMBOL
+    }
+    fn keeps(&self) -> &[Keep] {
+        &self.keep
     }
 }
 

@@ -6,6 +6,7 @@ use cudarc::driver::CudaFunction;
 
 use super::plan::{Schedule, Sm90Plan};
 use crate::backend::cuda::device::{product_alpha, to_i32, F16View, Keep, Nvfp4View, Workspace};
+use crate::backend::cuda::family::Launch;
 use crate::backend::cuda::kernels::pdl_ready;
 use crate::backend::cuda::kernels::sm90::{
     DecodeXParams, Op, SfMode, Sm90Params, Sm90Problem, Sm90Schedule, Variant, WPrefetch, XDecodeParams, BK,
@@ -37,13 +38,11 @@ pub struct Sm90Operands<'a> {
 
 /// A plan bound to its operands: launchable any number of times, allocating nothing.
 pub(crate) struct Sm90Launch {
-    /// The plan it was bound from.
-    pub plan: Sm90Plan,
     kernels: Sm90Kernels,
     params: Box<Sm90Params>,
     x_params: DecodeXParams,
     shapes: (LaunchShape, LaunchShape), // pre-pass, main kernel
-    pub(crate) keep: Vec<Keep>,
+    keep: Vec<Keep>,
 }
 
 /// The f32 form of `alpha` when it is ± a power of two that f32 holds as a normal number: then
@@ -171,7 +170,7 @@ pub(crate) fn bind(
             .with(LaunchOptions { dependent: true, cluster_x: plan.launch_cluster() as u32 }),
     );
     let x_params = DecodeXParams { x: x_params, w: w_prefetch };
-    Ok(Sm90Launch { plan: plan.clone(), kernels, params, x_params, shapes, keep })
+    Ok(Sm90Launch { kernels, params, x_params, shapes, keep })
 }
 
 /// Where a problem's output goes: `c` is `[L, M, N]` f16 (or bf16: `bf16` = 1) (or, `flat`,
@@ -241,13 +240,18 @@ pub(crate) fn problem_struct(
     })
 }
 
-impl Sm90Launch {
-    /// Enqueues the X pre-pass and the main kernel on `stream`; `chain`: the pre-pass as a
-    /// programmatic dependent of the previous kernel there, when it is ready for it.
-    pub(crate) fn launch(&self, gpu: &Gpu, stream: StreamHandle, chain: bool) -> Result<()> {
+impl Launch for Sm90Launch {
+    /// The X pre-pass, then the main kernel; `chain`: the pre-pass as a programmatic dependent.
+    fn enqueue(&self, gpu: &Gpu, stream: StreamHandle, chain: bool) -> Result<()> {
         let options = LaunchOptions { dependent: chain && pdl_ready(DECODE_X_SYMBOL), cluster_x: 0 };
         gpu.launch(stream, &self.kernels.decode_x, self.shapes.0.with(options), &self.x_params)?;
         gpu.launch(stream, &self.kernels.main, self.shapes.1, self.params.as_ref())
+    }
+    fn first_symbol(&self) -> &'static str {
+        DECODE_X_SYMBOL
+    }
+    fn keeps(&self) -> &[Keep] {
+        &self.keep
     }
 }
 

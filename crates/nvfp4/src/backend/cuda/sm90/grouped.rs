@@ -16,6 +16,7 @@ use crate::backend::cuda::device::{product_alpha, to_i32};
 use crate::backend::cuda::device::{
     Carve, F16View, GemmViews, I32View, Keep, Nvfp4View, Owned, Workspace, WorkspaceNeeds,
 };
+use crate::backend::cuda::family::Launch;
 use crate::backend::cuda::kernels::grouped::{
     GroupSegment, GroupedBuild, GroupedPrepParams, Sm90GroupedParams, BUILD_THREADS, MAX_SEGMENTS, PREPARE_SYMBOL,
 };
@@ -294,8 +295,6 @@ impl GroupedOperands<'_> {
 
 /// A grouped plan bound to its operands: launchable any number of times, allocating nothing.
 pub(crate) struct GroupedLaunch {
-    /// The plan it was bound from.
-    pub plan: GroupedPlan,
     prepare: CudaFunction,
     main: CudaFunction,
     prep: GroupedPrepParams,
@@ -303,7 +302,7 @@ pub(crate) struct GroupedLaunch {
     shapes: (LaunchShape, LaunchShape),
     /// What its launches read: operands, outputs, the workspace and the descriptor tables (every
     /// group's problem, the builder's groups, the X operands to decode).
-    pub(crate) keep: Vec<Keep>,
+    keep: Vec<Keep>,
 }
 
 /// The alpha of a product, in the reference's order (alpha * global(A) * global(B)), with the
@@ -429,16 +428,21 @@ pub(crate) fn bind_grouped(
         LaunchShape::linear(plan.grid as u32, THREADS, plan.smem_bytes() as u32)
             .with(LaunchOptions { dependent: true, cluster_x: 1 }),
     );
-    Ok(GroupedLaunch { plan: plan.clone(), prepare, main, prep, params, shapes, keep })
+    Ok(GroupedLaunch { prepare, main, prep, params, shapes, keep })
 }
 
-impl GroupedLaunch {
-    /// Enqueues the pre-pass and the main kernel on `stream`; `chain`: the pre-pass as a
-    /// programmatic dependent of the previous kernel there, when it is ready for it.
-    pub(crate) fn launch(&self, gpu: &Gpu, stream: StreamHandle, chain: bool) -> Result<()> {
+impl Launch for GroupedLaunch {
+    /// The pre-pass, then the main kernel; `chain`: the pre-pass as a programmatic dependent.
+    fn enqueue(&self, gpu: &Gpu, stream: StreamHandle, chain: bool) -> Result<()> {
         let options = LaunchOptions { dependent: chain && pdl_ready(PREPARE_SYMBOL), cluster_x: 0 };
         gpu.launch(stream, &self.prepare, self.shapes.0.with(options), &self.prep)?;
         gpu.launch(stream, &self.main, self.shapes.1, &self.params)
+    }
+    fn first_symbol(&self) -> &'static str {
+        PREPARE_SYMBOL
+    }
+    fn keeps(&self) -> &[Keep] {
+        &self.keep
     }
 }
 

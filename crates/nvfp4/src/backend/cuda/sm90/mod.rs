@@ -4,12 +4,13 @@
 //! are its operations.
 
 pub mod bind;
+mod family;
 pub mod grouped;
 pub mod plan;
 
 pub use super::kernels::sm90::{Op, Variant, VARIANTS};
 pub use bind::Sm90Operands;
-pub(crate) use bind::{bind, Sm90Kernels, Sm90Launch};
-pub(crate) use grouped::{bind_grouped, GroupedLaunch};
+pub(crate) use bind::{bind, Sm90Kernels};
+pub(crate) use family::{grouped_route, route};
 pub use grouped::{grouped_plan, grouped_rejects, GroupedOperands, GroupedPlan, GroupedShape};
 pub use plan::{plan, rejects, stream_k_shape, Forced, Schedule, Sm90Plan, Sm90Scratch};

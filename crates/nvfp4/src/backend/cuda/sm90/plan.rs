@@ -27,7 +27,8 @@ pub enum Schedule {
     SplitInCluster(usize),
 }
 
-/// A forced choice (tuning and tests), from `NVFP4_GEMM_SM90` or `NVFP4_DUAL_SM90`: `off` sends
+/// A forced choice (tuning and tests), as `NVFP4_GEMM_SM90`, `NVFP4_DUAL_SM90` or
+/// `NVFP4_GROUPED_SM90` write it ([`Overrides`](crate::backend::cuda::Overrides)): `off` sends
 /// every problem of that operation to the fallback kernel; `small` every GEMM to the one-launch
 /// small kernel (`backend/cuda/small.rs`; GEMM only); `sm90` every problem the skeleton takes to
 /// the skeleton with its own plan (no small kernel); `m256n64` forces a variant, then
@@ -79,13 +80,6 @@ impl Forced {
             Op::Dual => "NVFP4_DUAL_SM90",
             Op::Grouped => "NVFP4_GROUPED_SM90",
         }
-    }
-
-    /// The forced choice for `op`, if its variable is set and valid (read on every call: tests
-    /// change it); `small` only for the GEMM (there is no small dual or grouped kernel: ignored).
-    pub fn from_env(op: Op) -> Option<Self> {
-        let f = std::env::var(Self::var(op)).ok().and_then(|s| Self::parse(&s))?;
-        (op == Op::Gemm || f != Forced::Small).then_some(f)
     }
 }
 

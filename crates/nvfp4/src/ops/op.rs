@@ -1,0 +1,386 @@
+//! One operation, whatever holds its operands: [`Op`] is generic over the NVFP4 operands (host
+//! tensors, device views, or only their [`Nvfp4Meta`]), the MoE offsets (host values, a device
+//! view, or their count) and the outputs (device views, their [`OutMeta`], or `()` where the
+//! backend makes them). Its rules (which shapes form the operation) are written once, in
+//! [`Op::validate`], on the metadata; the host constructors (`Gemm::new`, ...), the CUDA
+//! backend's bind step and the Python package all call it, and the router reads the same
+//! metadata ([`OpMeta`]).
+
+use super::check_product;
+use crate::format::tensor::check_dims;
+use crate::format::{Nvfp4Meta, Nvfp4Tensor, OutputDtype};
+use crate::{Error, Result};
+
+/// One operation of SPEC §3 on operands `T`, MoE offsets `O`, outputs `C`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op<T, O, C> {
+    /// Batched GEMV: B has one row per batch; output `[L, M, 1]`.
+    Gemv { a: T, b: T, alpha: Option<f32>, c: C },
+    /// GEMM: output `[L, M, N]`.
+    Gemm { a: T, b: T, alpha: Option<f32>, c: C },
+    /// Gated dual GEMM: `c = silu(A·B1ᵀ) * (A·B2ᵀ)`, alpha applied to each product.
+    DualGemm { a: T, b1: T, b2: T, alpha: Option<f32>, c: C },
+    /// Grouped GEMM: every group in one launch (L = 1 each), an output per group.
+    GroupedGemm(Vec<Group<T, C>>),
+    /// The grouped GEMM's MoE form: tokens `[1, T, K]` sorted by expert, the experts' weights
+    /// `[E, N, K]`, E end rows, output `[1, T, N]`.
+    MoeGemm { a: T, b: T, offsets: O, alpha: Option<f32>, c: C },
+}
+
+/// One group of a grouped GEMM: `c = A·Bᵀ` (times alpha), L = 1.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Group<T, C> {
+    /// `[1, M, K]`.
+    pub a: T,
+    /// `[1, N, K]`.
+    pub b: T,
+    /// The optional FP32 factor before the final rounding.
+    pub alpha: Option<f32>,
+    /// `[1, M, N]`.
+    pub c: C,
+}
+
+/// An output's shape and element type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutMeta {
+    /// `[L, rows, cols]`.
+    pub shape: [usize; 3],
+    /// f16 or bf16.
+    pub dtype: OutputDtype,
+}
+
+/// An operation as the rules and the router see it: operand metadata, the offsets' count and
+/// the outputs' metadata (`None` where the backend makes the outputs).
+pub type OpMeta = Op<Nvfp4Meta, usize, Option<OutMeta>>;
+
+/// An NVFP4 operand whose shape is known.
+pub trait Operand {
+    /// Its shape, scale layout and global scale.
+    fn meta(&self) -> Nvfp4Meta;
+}
+
+/// MoE offsets whose count is known.
+pub trait Offsets {
+    /// How many end rows (one per expert).
+    fn count(&self) -> usize;
+}
+
+/// An output whose shape may be known.
+pub trait Output {
+    /// Its shape and type; `None` where the backend makes it.
+    fn out_meta(&self) -> Option<OutMeta>;
+}
+
+impl Operand for Nvfp4Meta {
+    fn meta(&self) -> Nvfp4Meta {
+        *self
+    }
+}
+impl Operand for Nvfp4Tensor {
+    fn meta(&self) -> Nvfp4Meta {
+        Nvfp4Tensor::meta(self)
+    }
+}
+impl<T: Operand + ?Sized> Operand for &T {
+    fn meta(&self) -> Nvfp4Meta {
+        (**self).meta()
+    }
+}
+impl Offsets for usize {
+    fn count(&self) -> usize {
+        *self
+    }
+}
+impl Offsets for [i32] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+}
+impl Offsets for Vec<i32> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+}
+impl<O: Offsets + ?Sized> Offsets for &O {
+    fn count(&self) -> usize {
+        (**self).count()
+    }
+}
+impl Output for () {
+    fn out_meta(&self) -> Option<OutMeta> {
+        None
+    }
+}
+impl Output for OutMeta {
+    fn out_meta(&self) -> Option<OutMeta> {
+        Some(*self)
+    }
+}
+impl Output for Option<OutMeta> {
+    fn out_meta(&self) -> Option<OutMeta> {
+        *self
+    }
+}
+impl<C: Output + ?Sized> Output for &C {
+    fn out_meta(&self) -> Option<OutMeta> {
+        (**self).out_meta()
+    }
+}
+
+impl<T: Operand, O: Offsets, C: Output> Op<T, O, C> {
+    /// Its metadata.
+    pub fn meta(&self) -> OpMeta {
+        self.map(Operand::meta, Offsets::count, Output::out_meta)
+    }
+
+    /// Checks that the operands form the operation and the outputs have its shapes: the rules
+    /// every caller shares (typed errors naming the operand and the rule).
+    pub fn validate(&self) -> Result<()> {
+        self.meta().check()
+    }
+}
+
+impl<T, O, C> Op<T, O, C> {
+    /// The same operation over other holders: `f` maps each operand (in the order a, b; a, b1,
+    /// b2; each group's a, b), `g` the offsets, `h` each output (one, or each group's in order);
+    /// the first error stops it.
+    pub fn try_map<'s, T2, O2, C2, E>(
+        &'s self,
+        mut f: impl FnMut(&'s T) -> Result<T2, E>,
+        g: impl FnOnce(&'s O) -> Result<O2, E>,
+        mut h: impl FnMut(&'s C) -> Result<C2, E>,
+    ) -> Result<Op<T2, O2, C2>, E> {
+        Ok(match self {
+            Op::Gemv { a, b, alpha, c } => Op::Gemv { a: f(a)?, b: f(b)?, alpha: *alpha, c: h(c)? },
+            Op::Gemm { a, b, alpha, c } => Op::Gemm { a: f(a)?, b: f(b)?, alpha: *alpha, c: h(c)? },
+            Op::DualGemm { a, b1, b2, alpha, c } => {
+                Op::DualGemm { a: f(a)?, b1: f(b1)?, b2: f(b2)?, alpha: *alpha, c: h(c)? }
+            }
+            Op::GroupedGemm(groups) => {
+                let mut out = Vec::with_capacity(groups.len());
+                for x in groups {
+                    out.push(Group { a: f(&x.a)?, b: f(&x.b)?, alpha: x.alpha, c: h(&x.c)? });
+                }
+                Op::GroupedGemm(out)
+            }
+            Op::MoeGemm { a, b, offsets, alpha, c } => {
+                Op::MoeGemm { a: f(a)?, b: f(b)?, offsets: g(offsets)?, alpha: *alpha, c: h(c)? }
+            }
+        })
+    }
+
+    /// [`Op::try_map`] with maps that cannot fail.
+    pub fn map<'s, T2, O2, C2>(
+        &'s self,
+        mut f: impl FnMut(&'s T) -> T2,
+        g: impl FnOnce(&'s O) -> O2,
+        mut h: impl FnMut(&'s C) -> C2,
+    ) -> Op<T2, O2, C2> {
+        let r: std::result::Result<_, std::convert::Infallible> =
+            self.try_map(|t| Ok(f(t)), |o| Ok(g(o)), |c| Ok(h(c)));
+        match r {
+            Ok(op) => op,
+            Err(never) => match never {},
+        }
+    }
+
+    /// Sets the alpha (of every group of a grouped GEMM).
+    pub fn set_alpha(&mut self, alpha: Option<f32>) {
+        match self {
+            Op::Gemv { alpha: a, .. }
+            | Op::Gemm { alpha: a, .. }
+            | Op::DualGemm { alpha: a, .. }
+            | Op::MoeGemm { alpha: a, .. } => *a = alpha,
+            Op::GroupedGemm(groups) => groups.iter_mut().for_each(|g| g.alpha = alpha),
+        }
+    }
+
+    /// The operation's name in messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Gemv { .. } => "gemv",
+            Op::Gemm { .. } => "gemm",
+            Op::DualGemm { .. } => "dual gemm",
+            Op::GroupedGemm(_) => "grouped gemm",
+            Op::MoeGemm { .. } => "moe gemm",
+        }
+    }
+}
+
+fn shape_err(s: String) -> Error {
+    Error::Shape(s)
+}
+
+fn same_l(what: &str, x: &Nvfp4Meta, y: &Nvfp4Meta) -> Result<()> {
+    if x.l != y.l {
+        return Err(shape_err(format!("{what}: batch counts differ (L = {} vs {})", x.l, y.l)));
+    }
+    Ok(())
+}
+
+fn same_k(what: &str, x: &Nvfp4Meta, y: &Nvfp4Meta) -> Result<()> {
+    if x.k != y.k {
+        return Err(shape_err(format!("{what}: reduction lengths differ (K = {} vs {})", x.k, y.k)));
+    }
+    Ok(())
+}
+
+fn out_is(what: &str, c: Option<OutMeta>, want: [usize; 3]) -> Result<()> {
+    match c {
+        Some(c) if c.shape != want => {
+            Err(shape_err(format!("{what}: the output is {:?}, the operation makes {want:?}", c.shape)))
+        }
+        _ => Ok(()),
+    }
+}
+
+impl OpMeta {
+    /// The outputs' shapes, one per group for a grouped GEMM.
+    pub fn output_shapes(&self) -> Vec<[usize; 3]> {
+        match self {
+            Op::Gemv { a, .. } => vec![[a.l, a.rows, 1]],
+            Op::Gemm { a, b, .. } | Op::DualGemm { a, b1: b, .. } => vec![[a.l, a.rows, b.rows]],
+            Op::GroupedGemm(groups) => groups.iter().map(|g| [1, g.a.rows, g.b.rows]).collect(),
+            Op::MoeGemm { a, b, .. } => vec![[1, a.rows, b.rows]],
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        let dims = |t: &Nvfp4Meta| check_dims(t.l, t.rows, t.k);
+        let what = self.name();
+        match self {
+            Op::Gemv { a, b, alpha, c } => {
+                dims(a)?;
+                dims(b)?;
+                same_l(what, a, b)?;
+                same_k(what, a, b)?;
+                if b.rows != 1 {
+                    return Err(shape_err(format!("gemv: b must have one row per batch, has {}", b.rows)));
+                }
+                check_product(what, *alpha, a, b, "b")?;
+                out_is(what, *c, [a.l, a.rows, 1])
+            }
+            Op::Gemm { a, b, alpha, c } => {
+                dims(a)?;
+                dims(b)?;
+                same_l(what, a, b)?;
+                same_k(what, a, b)?;
+                check_product(what, *alpha, a, b, "b")?;
+                out_is(what, *c, [a.l, a.rows, b.rows])
+            }
+            Op::DualGemm { a, b1, b2, alpha, c } => {
+                for t in [a, b1, b2] {
+                    dims(t)?;
+                }
+                same_l("dual gemm (a, b1)", a, b1)?;
+                same_l("dual gemm (a, b2)", a, b2)?;
+                same_k("dual gemm (a, b1)", a, b1)?;
+                same_k("dual gemm (a, b2)", a, b2)?;
+                if b1.rows != b2.rows {
+                    return Err(shape_err(format!("dual gemm: b1 has N = {}, b2 has N = {}", b1.rows, b2.rows)));
+                }
+                check_product(what, *alpha, a, b1, "b1")?;
+                check_product(what, *alpha, a, b2, "b2")?;
+                out_is(what, *c, [a.l, a.rows, b1.rows])
+            }
+            Op::GroupedGemm(groups) => {
+                if groups.is_empty() {
+                    return Err(shape_err("grouped gemm: no groups".into()));
+                }
+                for (i, g) in groups.iter().enumerate() {
+                    let what = format!("grouped gemm, group {i}");
+                    dims(&g.a)?;
+                    dims(&g.b)?;
+                    same_l(&what, &g.a, &g.b)?;
+                    if g.a.l != 1 {
+                        return Err(shape_err(format!(
+                            "grouped gemm: group {i} has L = {}, groups must have L = 1",
+                            g.a.l
+                        )));
+                    }
+                    same_k(&what, &g.a, &g.b)?;
+                    check_product(&format!("grouped gemm: group {i}"), g.alpha, &g.a, &g.b, "b")?;
+                    out_is(&what, g.c, [1, g.a.rows, g.b.rows])?;
+                }
+                Ok(())
+            }
+            Op::MoeGemm { a, b, offsets, alpha, c } => {
+                dims(a)?;
+                dims(b)?;
+                if a.l != 1 {
+                    return Err(shape_err(format!(
+                        "moe gemm: a must be [1, T, K] (the tokens of every expert in one batch), has L = {}",
+                        a.l
+                    )));
+                }
+                same_k(what, a, b)?;
+                if *offsets != b.l {
+                    return Err(shape_err(format!(
+                        "moe gemm: {offsets} offsets for E = {} experts (b is [E, N, K]); one offset per expert",
+                        b.l
+                    )));
+                }
+                check_product(what, *alpha, a, b, "b")?;
+                out_is(what, *c, [1, a.rows, b.rows])
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ScaleLayout;
+
+    fn t(l: usize, rows: usize, k: usize) -> Nvfp4Meta {
+        Nvfp4Meta { l, rows, k, layout: ScaleLayout::Plain, global_scale: 1.0 }
+    }
+
+    fn out(shape: [usize; 3]) -> Option<OutMeta> {
+        Some(OutMeta { shape, dtype: OutputDtype::F16 })
+    }
+
+    fn err(op: OpMeta) -> String {
+        op.check().expect_err("refused").to_string()
+    }
+
+    #[test]
+    fn operations_that_form_pass() {
+        let ok: [OpMeta; 5] = [
+            Op::Gemv { a: t(2, 7, 48), b: t(2, 1, 48), alpha: Some(0.5), c: out([2, 7, 1]) },
+            Op::Gemm { a: t(1, 7, 48), b: t(1, 9, 48), alpha: None, c: None },
+            Op::DualGemm { a: t(1, 7, 64), b1: t(1, 9, 64), b2: t(1, 9, 64), alpha: None, c: out([1, 7, 9]) },
+            Op::GroupedGemm(vec![
+                Group { a: t(1, 3, 16), b: t(1, 4, 16), alpha: None, c: out([1, 3, 4]) },
+                Group { a: t(1, 5, 32), b: t(1, 6, 32), alpha: Some(2.0), c: None },
+            ]),
+            Op::MoeGemm { a: t(1, 40, 256), b: t(3, 64, 256), offsets: 3, alpha: None, c: out([1, 40, 64]) },
+        ];
+        for op in ok {
+            assert!(op.check().is_ok(), "{op:?}");
+            assert_eq!(op.output_shapes().len(), if let Op::GroupedGemm(g) = &op { g.len() } else { 1 });
+        }
+    }
+
+    #[test]
+    fn each_rule_names_what_breaks_it() {
+        let gemm = |a, b, c| Op::Gemm { a, b, alpha: None, c };
+        assert!(err(gemm(t(1, 7, 48), t(2, 9, 48), None)).contains("batch counts differ (L = 1 vs 2)"));
+        assert!(err(gemm(t(1, 7, 48), t(1, 9, 64), None)).contains("reduction lengths differ (K = 48 vs 64)"));
+        assert!(err(gemm(t(1, 7, 48), t(1, 9, 48), out([1, 9, 7]))).contains("output is [1, 9, 7]"));
+        assert!(err(gemm(t(1, 7, 40), t(1, 9, 40), None)).contains("40"));
+        let gemv = Op::Gemv { a: t(1, 7, 48), b: t(1, 2, 48), alpha: None, c: None };
+        assert!(err(gemv).contains("one row per batch, has 2"));
+        let nan = Op::Gemm { a: t(1, 7, 48), b: t(1, 9, 48), alpha: Some(f32::NAN), c: None };
+        assert!(err(nan).contains("alpha"));
+        let dual = Op::DualGemm { a: t(1, 7, 64), b1: t(1, 9, 64), b2: t(1, 8, 64), alpha: None, c: None };
+        assert!(err(dual).contains("b1 has N = 9, b2 has N = 8"));
+        assert!(err(Op::GroupedGemm(vec![])).contains("no groups"));
+        let g = Group { a: t(2, 3, 16), b: t(2, 4, 16), alpha: None, c: None };
+        assert!(err(Op::GroupedGemm(vec![g])).contains("group 0 has L = 2"));
+        let moe = |a, b, offsets| Op::MoeGemm { a, b, offsets, alpha: None, c: None };
+        assert!(err(moe(t(2, 40, 256), t(3, 64, 256), 3)).contains("has L = 2"));
+        assert!(err(moe(t(1, 40, 256), t(3, 64, 256), 4)).contains("4 offsets for E = 3 experts"));
+        assert!(err(moe(t(1, 40, 256), t(3, 64, 128), 3)).contains("reduction lengths"));
+    }
+}
