@@ -68,6 +68,16 @@ impl<B: Send + Sync> Read for Owned<B> {
 /// Something a bound launch keeps alive because its parameters hold addresses into it.
 pub(crate) type Keep = Arc<dyn Read>;
 
+/// Memory of two holders, kept alive together and noted read together.
+struct KeepBoth(Keep, Keep);
+
+impl Read for KeepBoth {
+    fn read_on(&self, stream: StreamHandle) {
+        self.0.read_on(stream);
+        self.1.read_on(stream);
+    }
+}
+
 /// Shape, scale layout and global scale of an NVFP4 tensor `[L, rows, K]`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Nvfp4Meta {
@@ -150,6 +160,24 @@ impl Nvfp4View {
     /// What keeps its memory alive, if it is ours.
     pub(crate) fn keep(&self) -> Option<Keep> {
         self.keep.clone()
+    }
+    /// The same tensor with its packed values read from `out`'s memory instead, which must hold
+    /// exactly as many bytes: one launch's output consumed as the next one's operand.
+    pub(crate) fn with_values_from(self, out: &F16View) -> Result<Self> {
+        let bytes = out.shape.iter().try_fold(2usize, |n, &d| n.checked_mul(d));
+        if bytes != Some(self.meta.value_bytes()) {
+            return Err(Error::Shape(format!(
+                "an output {:?} does not hold the {} B of packed values of {:?}",
+                out.shape,
+                self.meta.value_bytes(),
+                self.meta
+            )));
+        }
+        let keep = match (self.keep, out.keep()) {
+            (Some(a), Some(b)) => Some(Arc::new(KeepBoth(a, b)) as Keep),
+            (a, b) => a.or(b),
+        };
+        Ok(Self { values: out.addr, keep, ..self })
     }
 }
 
