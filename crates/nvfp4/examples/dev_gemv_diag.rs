@@ -12,7 +12,8 @@
 //!
 //! Every GEMV configuration is checked bit-exactly against the CPU reference before it is timed.
 
-use nvfp4::backend::cuda::{CudaBackend, Prepared};
+use nvfp4::backend::cuda::dev::DevModule;
+use nvfp4::backend::cuda::{CudaBackend, KernelModule, Prepared};
 use nvfp4::check::{compare_outputs, Mode};
 use nvfp4::format::ScaleLayout;
 use nvfp4::problem::{bench_shapes, generate, ProblemKind};
@@ -154,13 +155,13 @@ fn gemv_profile_target() {
 
 // ---- fixed-cost diagnostic ---------------------------------------------------------------------
 
-/// Diagnostic kernels: an empty kernel (the harness floor) and a pure streaming read (sum of every
-/// 16 B word, one f32 per CTA), grid-strided (`i`, loads interleaved over the buffer) or
-/// contiguous per CTA (`c`), U loads in flight per thread, with the GEMV's load flavour
-/// (`ef`: nc, L1::no_allocate, L2 evict_first, 256 B prefetch) or a plain nc load (`nc`).
+/// Diagnostic kernels: a pure streaming read (sum of every 16 B word, one f32 per CTA),
+/// grid-strided (`i`, loads interleaved over the buffer) or contiguous per CTA (`c`), U loads in
+/// flight per thread, with the GEMV's load flavour (`ef`: nc, L1::no_allocate, L2 evict_first,
+/// 256 B prefetch) or a plain nc load (`nc`). They take the library's `FloorReadParams` (from
+/// generated.cuh), so that the library launches them as it launches its own reads.
 const DIAG_SOURCE: &str = r#"
-#include "ptx.cuh"
-extern "C" __global__ void diag_empty() {}
+#include "generated.cuh"
 template <int U, bool EF>
 __device__ __forceinline__ uint4 ld(const uint4* p, u64 pol) { return EF ? ptx::ld_stream_v4(p, pol) : ptx::ld_nc_v4(p); }
 __device__ __forceinline__ void finish(u32 acc, float* out) {
@@ -213,26 +214,23 @@ __device__ void read_c(const uint4* p, u64 n, float* out) {
   for (; i < b1; i += stride) { uint4 v = ld<U, EF>(p + i, pol); acc += v.x + v.y + v.z + v.w; }
   finish(acc, out);
 }
-#define K(name, f, U, EF) extern "C" __global__ void __launch_bounds__(1024, 1) name(const uint4* p, u64 n, float* out) { f<U, EF>(p, n, out); }
+#define K(name, f, U, EF) extern "C" __global__ void __launch_bounds__(1024, 1) name(const __grid_constant__ FloorReadParams p) { f<U, EF>((const uint4*)p.src, p.words, (float*)p.out); }
 K(diag_i4_ef, read_i, 4, true) K(diag_i8_ef, read_i, 8, true) K(diag_i4_nc, read_i, 4, false)
 K(diag_i8_nc, read_i, 8, false) K(diag_c4_ef, read_c, 4, true) K(diag_c8_ef, read_c, 8, true)
 "#;
 
-const DIAG_MODULE: nvfp4::backend::cuda::KernelModule =
-    nvfp4::backend::cuda::KernelModule { file: "diag.cu", source: DIAG_SOURCE, symbols: &[] };
+const DIAG_MODULE: KernelModule = KernelModule { file: "diag.cu", source: DIAG_SOURCE, symbols: &[] };
 
-/// Compiles and loads a diagnostic module.
-fn load_diag(
-    b: &CudaBackend,
-    module: &nvfp4::backend::cuda::KernelModule,
-) -> std::sync::Arc<cudarc::driver::CudaModule> {
-    use nvfp4::backend::cuda::compile;
-    let arch = compile::arch_for(b.compute_capability()).unwrap();
-    let (cubin, log) = compile::compile(module, &arch, false).unwrap_or_else(|e| panic!("{}: {e}", module.file));
+/// Compiles and loads a diagnostic module: a variant of kernels/gemv.cu or [`DIAG_SOURCE`].
+fn load_diag(b: &CudaBackend, module: &KernelModule) -> DevModule {
+    // SAFETY: every module compiled here is kernels/gemv.cu with other defines or lines left out
+    // (its kernels, taken with `gemv`, keep their `GemvParams`) or DIAG_SOURCE (its reads, taken
+    // with `read`, take `FloorReadParams`).
+    let (loaded, log) = unsafe { b.dev_module(module) }.unwrap_or_else(|e| panic!("{}: {e}", module.file));
     if !log.trim().is_empty() {
         println!("{}: {log}", module.file);
     }
-    b.stream().context().load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).unwrap()
+    loaded
 }
 
 /// Median µs of `launch(i)` for sample i, every sample enqueued before one synchronisation (the
@@ -262,27 +260,13 @@ fn time_enqueued(
     median(&mut us) as f64
 }
 
-/// Mirror of `GemvParams` (kernels/gemv.cu), for launching GEMV variants compiled here.
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct DiagGemvParams {
-    ptrs: [u64; 7],
-    alpha: f64,
-    ints: [i32; 10],
-}
-// SAFETY: #[repr(C)] plain data, field for field the kernel's `GemvParams` (104 bytes).
-unsafe impl cudarc::driver::DeviceRepr for DiagGemvParams {}
-
 /// Where the GEMV's fixed cost goes (SPEC §7 harness: 4x L2 memset flush, events, median of 30):
 /// (a) an empty kernel, (b) the best pure streaming read of the GEMV's byte count (several
 /// grids, flavours), (c) the GEMV as `nvfp4 bench` runs it, plus GEMV variants compiled here.
 /// `NVFP4_DIAG_OLD_GEMV` may name a previous gemv.cu to time beside the current one.
 fn gemv_fixed_cost() {
-    use cudarc::driver::{CudaModule, DevicePtr, LaunchConfig, PushKernelArg};
-    use nvfp4::backend::cuda::KernelModule;
     use nvfp4::backend::cuda::{GemvConfig, ReadKernel, ReadSetting};
     use nvfp4::bench::Timer;
-    use std::sync::Arc;
 
     const SAMPLES: usize = 30;
     let b = gpu();
@@ -294,11 +278,6 @@ fn gemv_fixed_cost() {
 
     // The library's floor kernels (kernels/floors.cu), what `nvfp4 bench` measures floors with.
     let floors = b.floors().unwrap();
-    let cfg = |grid: usize, threads: usize, smem: usize| LaunchConfig {
-        grid_dim: (grid as u32, 1, 1),
-        block_dim: (threads as u32, 1, 1),
-        shared_mem_bytes: smem as u32,
-    };
     let t_empty = time_enqueued(&b, Some(&timer), SAMPLES, |_| floors.launch_empty(false).unwrap());
     let t_empty_noflush = time_enqueued(&b, None, SAMPLES, |_| floors.launch_empty(false).unwrap());
     println!("(a) empty kernel: {t_empty:.2} us (1x32), no flush {t_empty_noflush:.2} us");
@@ -306,7 +285,7 @@ fn gemv_fixed_cost() {
     // GEMV variants compiled here: the current source at both pipeline depths, and an older one.
     let leak = |text: String| -> &'static str { Box::leak(text.into_boxed_str()) };
     let current = include_str!("../kernels/gemv.cu");
-    let mut variants: Vec<(String, Arc<CudaModule>)> = Vec::new();
+    let mut variants: Vec<(String, DevModule)> = Vec::new();
     for depth in [1, 2] {
         let m = KernelModule {
             file: "gemv.cu",
@@ -364,17 +343,13 @@ fn gemv_fixed_cost() {
         // non-persistent one (one tile per CTA, split so that >= 3 CTAs per slot).
         let Problem::Gemv(g) = &p else { unreachable!() };
         let (m, k, l) = g.mkl();
-        let a_vals = s.clone_htod(g.a.values()).unwrap();
-        let a_sf = s.clone_htod(g.a.scales()).unwrap();
-        let b_vals = s.clone_htod(g.b.values()).unwrap();
-        let b_sf = s.clone_htod(g.b.scales()).unwrap();
-        let alpha = nvfp4::ops::effective_alpha(g.alpha, &g.a, &g.b) as f64;
+        let (a_dev, b_dev) = (b.upload(&g.a).unwrap(), b.upload(&g.b).unwrap());
         let mut vrows = Vec::new();
         for (vname, module) in &variants {
             let (symbol, _) = nvfp4::backend::cuda::gemv::variant(k, g.a.layout(), nvfp4::OutputDtype::F16);
-            let f = module.load_function(symbol).unwrap();
+            let kernel = module.gemv(symbol).unwrap();
             let base = GemvConfig::choose((m, k, l), g.a.layout(), nvfp4::OutputDtype::F16, sms, |_, smem| {
-                f.occupancy_max_active_blocks_per_multiprocessor(256, smem, None).unwrap() as usize
+                kernel.ctas_per_sm(smem).unwrap()
             });
             let mut np = base.clone();
             let slots = sms * base.ctas_per_sm;
@@ -390,40 +365,12 @@ fn gemv_fixed_cost() {
             np.tiles_per_cta = 1;
             np.grid = np.tiles;
             for (cname, c) in [("heuristic", &base), ("one-tile", &np)] {
-                let out_c = s.clone_htod(&vec![0x7E00u16; l * m]).unwrap();
-                let partial = s.alloc_zeros::<f32>((c.split * l * m).max(1)).unwrap();
-                let counters = s.alloc_zeros::<u32>((l * c.row_ctas).max(1)).unwrap();
-                let ptr = |x: u64| x;
-                let params = DiagGemvParams {
-                    ptrs: [
-                        ptr(a_vals.device_ptr(&s).0),
-                        ptr(a_sf.device_ptr(&s).0),
-                        ptr(b_vals.device_ptr(&s).0),
-                        ptr(b_sf.device_ptr(&s).0),
-                        ptr(out_c.device_ptr(&s).0),
-                        ptr(partial.device_ptr(&s).0),
-                        ptr(counters.device_ptr(&s).0),
-                    ],
-                    alpha,
-                    ints: [
-                        m as i32,
-                        k as i32,
-                        l as i32,
-                        c.row_ctas as i32,
-                        c.split as i32,
-                        c.ksteps_per_slice as i32,
-                        c.window_ksteps as i32,
-                        c.tiles as i32,
-                        c.tiles_per_cta as i32,
-                        0,
-                    ],
-                };
-                let launch = |_: usize| unsafe {
-                    s.launch_builder(&f).arg(&params).launch(cfg(c.grid, 256, c.smem_bytes)).unwrap();
-                };
+                let out = b.alloc_output([l, m, 1]).unwrap();
+                b.poison(&out).unwrap();
+                let bound = kernel.bind(c.clone(), (&a_dev.view(), &b_dev.view()), g.alpha, &out.view()).unwrap();
+                let launch = |_: usize| bound.launch(false).unwrap();
                 launch(0);
-                let bits = s.clone_dtoh(&out_c).unwrap();
-                let got = nvfp4::F16Tensor::new(l, m, 1, bits.into_iter().map(half::f16::from_bits).collect()).unwrap();
+                let got = b.download(&out).unwrap();
                 let ok = compare_outputs(&nvfp4::problem::Output::Single(got), &reference, Mode::BitExact).passed();
                 let t = time_enqueued(&b, Some(&timer), SAMPLES, launch);
                 let line = if ok {

@@ -3,6 +3,7 @@
 
 use half::f16;
 use nvfp4::check::{compare, compare_outputs, element_passes, Mode};
+use nvfp4::problem::Rng;
 use nvfp4::{
     Backend, CpuBackend, DualGemm, F16Tensor, Gemm, Gemv, GroupedGemm, Nvfp4Tensor, Output, Problem, ScaleLayout,
 };
@@ -134,26 +135,9 @@ fn assert_bits_eq(got: &[f16], want: &[f16], what: &str) {
 // ---------------------------------------------------------------------------------------------
 // Test data.
 
-struct TestRng(u64);
-
-impl TestRng {
-    fn new(seed: u64) -> Self {
-        TestRng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// A random tensor: all 16 codes; scales of either sign from the subnormals up to 7.5 (codes
 /// below 0x50), so products span about 2^-20 .. 2^11 and every f64 sum here is exact.
-fn random_tensor(rng: &mut TestRng, l: usize, rows: usize, k: usize, layout: ScaleLayout) -> Nvfp4Tensor {
+fn random_tensor(rng: &mut Rng, l: usize, rows: usize, k: usize, layout: ScaleLayout) -> Nvfp4Tensor {
     let values: Vec<u8> = (0..l * rows * k / 2).map(|_| rng.below(256) as u8).collect();
     let sf = k / 16;
     let plain: Vec<u8> = (0..l * rows * sf).map(|_| rng.below(0x50) as u8 | (rng.below(2) as u8 * 0x80)).collect();
@@ -186,7 +170,7 @@ const SCALINGS: [(Option<f32>, f32, f32); 4] =
 
 #[test]
 fn gemv_matches_naive() {
-    let mut rng = TestRng::new(1);
+    let mut rng = Rng::new(1);
     let cpu = CpuBackend;
     let mut checked = 0;
     for &(m, k, l) in &[(1, 16, 1), (7, 48, 3), (40, 16, 1), (130, 48, 3), (130, 256, 1), (1, 48, 3)] {
@@ -208,7 +192,7 @@ fn gemv_matches_naive() {
 
 #[test]
 fn gemm_matches_naive() {
-    let mut rng = TestRng::new(2);
+    let mut rng = Rng::new(2);
     let cpu = CpuBackend;
     let dims = [(1, 1), (1, 130), (7, 40), (40, 7), (130, 1), (130, 130), (33, 17)];
     for &(m, n) in &dims {
@@ -232,7 +216,7 @@ fn gemm_matches_naive() {
 #[test]
 fn gemm_mixed_layouts_match_naive() {
     // A plain, B blocked and the other way round.
-    let mut rng = TestRng::new(3);
+    let mut rng = Rng::new(3);
     for (la, lb) in [(ScaleLayout::Plain, ScaleLayout::Blocked), (ScaleLayout::Blocked, ScaleLayout::Plain)] {
         let a = random_tensor(&mut rng, 2, 130, 80, la);
         let b = random_tensor(&mut rng, 2, 40, 80, lb);
@@ -244,7 +228,7 @@ fn gemm_mixed_layouts_match_naive() {
 
 #[test]
 fn dual_gemm_matches_naive() {
-    let mut rng = TestRng::new(4);
+    let mut rng = Rng::new(4);
     let cpu = CpuBackend;
     for &(m, n, k, l) in &[(1, 1, 16, 1), (7, 40, 48, 3), (40, 7, 16, 1), (130, 7, 48, 1), (1, 130, 16, 3)] {
         for layout in LAYOUTS {
@@ -265,7 +249,7 @@ fn dual_gemm_matches_naive() {
 
 #[test]
 fn grouped_gemm_matches_naive() {
-    let mut rng = TestRng::new(5);
+    let mut rng = Rng::new(5);
     let dims = [(1, 7, 16), (40, 1, 48), (130, 40, 32), (7, 130, 80), (72, 56, 16)];
     for layout in LAYOUTS {
         let groups: Vec<Gemm> = dims
@@ -293,7 +277,7 @@ fn grouped_gemm_matches_naive() {
 
 #[test]
 fn problem_run_and_with_layout_agree() {
-    let mut rng = TestRng::new(6);
+    let mut rng = Rng::new(6);
     let a = random_tensor(&mut rng, 2, 130, 48, ScaleLayout::Plain);
     let b = random_tensor(&mut rng, 2, 7, 48, ScaleLayout::Plain);
     let p = Problem::Gemm(Gemm::new(a, b, Some(2.0)).unwrap());

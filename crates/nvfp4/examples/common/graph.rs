@@ -1,50 +1,10 @@
-//! Launches with or without programmatic dependent launch (PDL), and the graph protocol of SPEC §7
-//! for the dev diagnostics: N launches captured back-to-back in one CUDA graph, µs per launch.
-
-use std::ffi::c_void;
+//! The graph protocol of SPEC §7 for the dev diagnostics: N launches captured back-to-back in one
+//! CUDA graph, µs per launch.
 
 use cudarc::driver::sys;
-use cudarc::driver::{CudaFunction, CudaStream};
 use nvfp4::backend::cuda::CudaBackend;
 
 use super::{events, median};
-
-/// Enqueues `f` on `stream` with the kernel arguments `args` (pointers to each argument's value),
-/// with the programmatic-stream-serialization attribute when `pdl`.
-///
-/// # Safety
-/// `args` must match the kernel's parameter list, and every device address they hold must stay
-/// valid until the launch has run.
-pub unsafe fn launch_ex(
-    stream: &CudaStream,
-    f: &CudaFunction,
-    (grid, block, smem): (u32, u32, u32),
-    args: &mut [*mut c_void],
-    pdl: bool,
-) {
-    let mut attr = sys::CUlaunchAttribute {
-        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-        pad: [0; 4],
-        value: sys::CUlaunchAttributeValue { programmaticStreamSerializationAllowed: 1 },
-    };
-    let config = sys::CUlaunchConfig {
-        gridDimX: grid,
-        gridDimY: 1,
-        gridDimZ: 1,
-        blockDimX: block,
-        blockDimY: 1,
-        blockDimZ: 1,
-        sharedMemBytes: smem,
-        hStream: stream.cu_stream(),
-        numAttrs: u32::from(pdl),
-        attrs: &mut attr,
-    };
-    // SAFETY: the caller vouches for `args`; `config` and `attr` are live locals read during the
-    // call only; the function and stream belong to the stream's context.
-    unsafe { sys::cuLaunchKernelEx(&config, f.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }
-        .result()
-        .unwrap();
-}
 
 /// µs per launch under the graph protocol: `launches` calls of `launch(i)` captured in one CUDA
 /// graph (the caller rotates input sets by `i`), replayed `replays` times between events; the

@@ -12,23 +12,19 @@
 //! embedded one, or the file `NVFP4_DIAG_GEMV_SOURCE`) with those `#define`s in front; `cur` (no
 //! defines) is always timed, and `old` when `NVFP4_DIAG_OLD_GEMV` names another gemv.cu.
 
-use std::ffi::c_void;
-use std::sync::Arc;
-
-use cudarc::driver::{CudaModule, CudaSlice, DevicePtr};
-use nvfp4::backend::cuda::{GemvConfig, KernelModule, Prepared};
+use nvfp4::backend::cuda::dev::{with_values_from, DevGemvLaunch, DevModule};
+use nvfp4::backend::cuda::{CudaBackend, DeviceF16, GemvConfig, KernelModule, Prepared};
 use nvfp4::bench::Timer;
 use nvfp4::check::{compare_outputs, Mode};
 use nvfp4::problem::{bench_shapes, generate, Output, Problem, ProblemKind};
 use nvfp4::{Backend, CpuBackend, F16Tensor};
 
-use super::common::graph::{launch_ex, time_graph};
-use super::{gpu, load_diag, run_prepared, time_enqueued, DiagGemvParams, DIAG_MODULE};
+use super::common::graph::time_graph;
+use super::{gpu, load_diag, run_prepared, time_enqueued, DIAG_MODULE};
 
 const SAMPLES: usize = 30;
 const LAUNCHES: usize = 24;
 const REPLAYS: usize = 9;
-const F16_NAN: u16 = 0x7E00;
 
 /// The GEMV source with `defines` in front, only the plain 16 B kernel kept (the bench shapes'
 /// variant; a quarter of the compile time).
@@ -55,7 +51,7 @@ fn gemv_source() -> String {
     }
 }
 
-fn variants(b: &nvfp4::backend::cuda::CudaBackend) -> Vec<(String, Arc<CudaModule>)> {
+fn variants(b: &CudaBackend) -> Vec<(String, DevModule)> {
     let source = gemv_source();
     let mut list = vec![("cur".to_string(), String::new())];
     if let Ok(spec) = std::env::var("NVFP4_DIAG_GEMV_VARIANTS") {
@@ -79,16 +75,14 @@ fn variants(b: &nvfp4::backend::cuda::CudaBackend) -> Vec<(String, Arc<CudaModul
     out
 }
 
-/// One input set of a variant: the operands and output in their own buffers.
+/// One input set of a variant: the launch (holding its operands and workspace) and its output,
+/// in buffers of their own.
 struct Set {
-    _bufs: [CudaSlice<u8>; 4],
-    c: CudaSlice<u16>,
-    _ws: (CudaSlice<f32>, CudaSlice<u32>),
-    params: DiagGemvParams,
+    launch: DevGemvLaunch,
+    c: DeviceF16,
 }
 
-fn bit_exact(bits: Vec<u16>, (m, l): (usize, usize), reference: &Output) -> bool {
-    let got = F16Tensor::new(l, m, 1, bits.into_iter().map(half::f16::from_bits).collect()).unwrap();
+fn bit_exact(got: F16Tensor, reference: &Output) -> bool {
     compare_outputs(&Output::Single(got), reference, Mode::BitExact).passed()
 }
 
@@ -107,14 +101,11 @@ pub fn gemv_floor() {
     step("variants");
     let vars = variants(&b);
 
-    let empty = diag.load_function("diag_empty").unwrap();
-    // SAFETY (every launch_ex below): the argument lists match the kernels' parameters and the
-    // buffers they name live until the stream is synchronised.
-    let empty_cold =
-        time_enqueued(&b, Some(&timer), SAMPLES, |_| unsafe { launch_ex(&s, &empty, (1, 32, 0), &mut [], false) });
-    let empty_graph =
-        time_graph(&b, LAUNCHES, REPLAYS, |_| unsafe { launch_ex(&s, &empty, (1, 32, 0), &mut [], false) });
-    let empty_pdl = time_graph(&b, LAUNCHES, REPLAYS, |_| unsafe { launch_ex(&s, &empty, (1, 32, 0), &mut [], true) });
+    // The empty kernel and the read buffers are the library's floor kernels' (kernels/floors.cu).
+    let floors = b.floors().unwrap();
+    let empty_cold = time_enqueued(&b, Some(&timer), SAMPLES, |_| floors.launch_empty(false).unwrap());
+    let empty_graph = time_graph(&b, LAUNCHES, REPLAYS, |_| floors.launch_empty(false).unwrap());
+    let empty_pdl = time_graph(&b, LAUNCHES, REPLAYS, |_| floors.launch_empty(true).unwrap());
     table.push(format!(
         "empty kernel: cold {empty_cold:.2} us, graph {empty_graph:.2} us/launch, graph+PDL {empty_pdl:.2} us/launch"
     ));
@@ -133,44 +124,24 @@ pub fn gemv_floor() {
         let pct = |t: f64, base: f64| 100.0 * base / t;
 
         // Read ceiling: exactly the row's bytes, best grid/flavour cold, that one in a graph.
-        let n16 = bytes / 16;
-        let host: Vec<u8> = (0..n16 * 16).map(|i| ((i as u32).wrapping_mul(2654435761) >> 24) as u8).collect();
-        let bufs: Vec<_> = (0..sets).map(|_| s.clone_htod(&host).unwrap()).collect();
-        let out = s.alloc_zeros::<f32>(8192).unwrap();
-        let ptrs: Vec<u64> = bufs.iter().map(|x| x.device_ptr(&s).0).collect();
-        let out_ptr = out.device_ptr(&s).0;
-        let mut n = n16 as u64;
+        let srcs: Vec<_> = (0..sets).map(|_| floors.source(bytes).unwrap()).collect();
+        let sums = floors.sums().unwrap();
         let mut best = (f64::INFINITY, String::new(), "", 0u32, 0u32);
         for name in reads {
-            let f = diag.load_function(name).unwrap();
+            let f = diag.read(name).unwrap();
             for (threads, per_sm) in grids {
                 let grid = (sms * per_sm) as u32;
-                let t = time_enqueued(&b, Some(&timer), SAMPLES, |_| unsafe {
-                    let (mut pp, mut po) = (ptrs[0], out_ptr);
-                    let mut args = [
-                        &mut pp as *mut u64 as *mut c_void,
-                        &mut n as *mut u64 as *mut c_void,
-                        &mut po as *mut u64 as *mut c_void,
-                    ];
-                    launch_ex(&s, &f, (grid, threads, 0), &mut args, false)
-                });
+                let t = time_enqueued(&b, Some(&timer), SAMPLES, |_| f.launch(grid, threads, &srcs[0], &sums).unwrap());
                 if t < best.0 {
                     best = (t, format!("{name} {grid}x{threads}"), name, grid, threads);
                 }
             }
         }
-        let f = diag.load_function(best.2).unwrap();
+        let f = diag.read(best.2).unwrap();
         step("read graph");
-        let read_graph = time_graph(&b, LAUNCHES, REPLAYS, |i| unsafe {
-            let (mut pp, mut po) = (ptrs[i % sets], out_ptr);
-            let mut args = [
-                &mut pp as *mut u64 as *mut c_void,
-                &mut n as *mut u64 as *mut c_void,
-                &mut po as *mut u64 as *mut c_void,
-            ];
-            launch_ex(&s, &f, (best.3, best.4, 0), &mut args, false)
-        });
-        drop(bufs);
+        let read_graph =
+            time_graph(&b, LAUNCHES, REPLAYS, |i| f.launch(best.3, best.4, &srcs[i % sets], &sums).unwrap());
+        drop(srcs);
         let read_cold = best.0;
         let head = format!(
             "{shape} ({:.1} MB, {sets} sets): copy {copy_us:.2} us | read ceiling cold {read_cold:.2} ({}) graph {read_graph:.2} \
@@ -206,64 +177,27 @@ pub fn gemv_floor() {
             table.push(line);
         }
 
-        // Variants, raw launches over `sets` input sets.
+        // Variants, launched as the library launches its GEMV, over `sets` input sets.
         let Problem::Gemv(g) = &p else { unreachable!() };
         let (m, k, l) = g.mkl();
-        let alpha = nvfp4::ops::effective_alpha(g.alpha, &g.a, &g.b) as f64;
         for (vname, module) in &vars {
             let (symbol, _) = nvfp4::backend::cuda::gemv::variant(k, g.a.layout(), nvfp4::OutputDtype::F16);
-            let f = module.load_function(symbol).unwrap();
+            let kernel = module.gemv(symbol).unwrap();
             let c = GemvConfig::choose((m, k, l), g.a.layout(), nvfp4::OutputDtype::F16, sms, |_, smem| {
-                f.occupancy_max_active_blocks_per_multiprocessor(256, smem, None).unwrap() as usize
+                kernel.ctas_per_sm(smem).unwrap()
             });
             let mk_set = || {
-                let bufs = [
-                    s.clone_htod(g.a.values()).unwrap(),
-                    s.clone_htod(g.a.scales()).unwrap(),
-                    s.clone_htod(g.b.values()).unwrap(),
-                    s.clone_htod(g.b.scales()).unwrap(),
-                ];
-                let out_c = s.clone_htod(&vec![F16_NAN; l * m]).unwrap();
-                let ws = (
-                    s.alloc_zeros::<f32>((c.split * l * m).max(1)).unwrap(),
-                    s.alloc_zeros::<u32>((l * c.row_ctas).max(1)).unwrap(),
-                );
-                let ptr = |x: &CudaSlice<u8>| x.device_ptr(&s).0;
-                let params = DiagGemvParams {
-                    ptrs: [
-                        ptr(&bufs[0]),
-                        ptr(&bufs[1]),
-                        ptr(&bufs[2]),
-                        ptr(&bufs[3]),
-                        out_c.device_ptr(&s).0,
-                        ws.0.device_ptr(&s).0,
-                        ws.1.device_ptr(&s).0,
-                    ],
-                    alpha,
-                    ints: [
-                        m as i32,
-                        k as i32,
-                        l as i32,
-                        c.row_ctas as i32,
-                        c.split as i32,
-                        c.ksteps_per_slice as i32,
-                        c.window_ksteps as i32,
-                        c.tiles as i32,
-                        c.tiles_per_cta as i32,
-                        0,
-                    ],
-                };
-                Set { _bufs: bufs, c: out_c, _ws: ws, params }
+                let (a, x) = (b.upload(&g.a).unwrap(), b.upload(&g.b).unwrap());
+                let out = b.alloc_output([l, m, 1]).unwrap();
+                b.poison(&out).unwrap();
+                let launch = kernel.bind(c.clone(), (&a.view(), &x.view()), g.alpha, &out.view()).unwrap();
+                Set { launch, c: out }
             };
             step(&format!("variant {vname}"));
-            let mut vsets: Vec<Set> = (0..sets).map(|_| mk_set()).collect();
-            let dims = (c.grid as u32, 256, c.smem_bytes as u32);
-            let launch = |set: &Set, pdl: bool| unsafe {
-                let mut params = set.params;
-                launch_ex(&s, &f, dims, &mut [&mut params as *mut DiagGemvParams as *mut c_void], pdl)
-            };
+            let vsets: Vec<Set> = (0..sets).map(|_| mk_set()).collect();
+            let launch = |set: &Set, pdl: bool| set.launch.launch(pdl).unwrap();
             launch(&vsets[0], false);
-            if !bit_exact(s.clone_dtoh(&vsets[0].c).unwrap(), (m, l), &reference) {
+            if !bit_exact(b.download(&vsets[0].c).unwrap(), &reference) {
                 let line = format!("  {vname}: FAILED the bit-exact check (not timed)");
                 println!("{line}");
                 table.push(line);
@@ -272,11 +206,11 @@ pub fn gemv_floor() {
             let cold_pdl = time_enqueued(&b, Some(&timer), SAMPLES, |_| launch(&vsets[0], true));
             let cold = time_enqueued(&b, Some(&timer), SAMPLES, |_| launch(&vsets[0], false));
             let nopdl = time_graph(&b, LAUNCHES, REPLAYS, |i| launch(&vsets[i % sets], false));
-            for set in vsets.iter_mut() {
-                s.memcpy_htod(&vec![F16_NAN; l * m], &mut set.c).unwrap();
+            for set in &vsets {
+                b.poison(&set.c).unwrap();
             }
             let pdl = time_graph(&b, LAUNCHES, REPLAYS, |i| launch(&vsets[i % sets], true));
-            let ok = vsets.iter().all(|set| bit_exact(s.clone_dtoh(&set.c).unwrap(), (m, l), &reference));
+            let ok = vsets.iter().all(|set| bit_exact(b.download(&set.c).unwrap(), &reference));
             let line = format!(
                 "  {vname}: cold {cold:.2} ({:.1}% of read), +PDL attr {cold_pdl:.2} | graph {nopdl:.2} ({:.1}% of copy), \
                  +PDL {pdl:.2} ({:.1}%){}",
@@ -296,24 +230,15 @@ pub fn gemv_floor() {
     }
 }
 
-/// The launch parameters of `c` over the given device addresses (a, sfa, b, sfb, c, partial,
-/// counters).
-fn diag_params(c: &GemvConfig, ptrs: [u64; 7], alpha: f64) -> DiagGemvParams {
-    let (m, k, l) = c.mkl;
-    let ints = [m, k, l, c.row_ctas, c.split, c.ksteps_per_slice, c.window_ksteps, c.tiles, c.tiles_per_cta, 0];
-    DiagGemvParams { ptrs, alpha, ints: ints.map(|x| x as i32) }
-}
-
 /// PDL dependency check: GEMV 1 (8192 x 32768, ~35 µs) writes its f16 output into the buffer that GEMV 2
 /// (256 x 32768, launched with the PDL attribute right behind it) reads as its packed B values,
 /// poisoned before each of `REPS` chains. GEMV 2 must wait for GEMV 1's writes: `module`
 /// passes every chain bit-exactly; the same source with its `griddepcontrol.wait` removed
 /// (`nowait`) must fail, which shows that the check can fail.
-pub fn pdl_dependency_check(b: &nvfp4::backend::cuda::CudaBackend, source: &str) -> Vec<String> {
+pub fn pdl_dependency_check(b: &CudaBackend, source: &str) -> Vec<String> {
     use nvfp4::format::{Nvfp4Tensor, ScaleLayout};
     use nvfp4::problem::Shape;
     const REPS: usize = 5;
-    let s = b.stream().clone();
     let sms = b.sm_count() as usize;
     let nowait: String =
         source.lines().filter(|l| l.trim() != "ptx::wait_prerequisites();").map(|l| format!("{l}\n")).collect();
@@ -331,53 +256,29 @@ pub fn pdl_dependency_check(b: &nvfp4::backend::cuda::CudaBackend, source: &str)
     let g2 = nvfp4::Gemv::new(g2.a.clone(), b2, None).unwrap();
     let c2_ref = Output::Single(CpuBackend.gemv(&g2).unwrap());
 
-    let up = |x: &[u8]| s.clone_htod(x).unwrap();
-    let (a1, sfa1, b1, sfb1) = (up(g1.a.values()), up(g1.a.scales()), up(g1.b.values()), up(g1.b.scales()));
-    let (a2, sfa2, sfb2) = (up(g2.a.values()), up(g2.a.scales()), up(g2.b.scales()));
-    let mut shared = s.alloc_zeros::<u16>(m1).unwrap(); // GEMV 1's c, GEMV 2's packed B
-    let c2 = s.alloc_zeros::<u16>(m2).unwrap();
-    let ws = (s.alloc_zeros::<f32>(1 << 20).unwrap(), s.alloc_zeros::<u32>(4096).unwrap());
-    let p = |x: &CudaSlice<u8>| x.device_ptr(&s).0;
-    let (sh, c2p, w0, w1) =
-        (shared.device_ptr(&s).0, c2.device_ptr(&s).0, ws.0.device_ptr(&s).0, ws.1.device_ptr(&s).0);
-    let alpha1 = nvfp4::ops::effective_alpha(g1.alpha, &g1.a, &g1.b) as f64;
-    let alpha2 = nvfp4::ops::effective_alpha(g2.alpha, &g2.a, &g2.b) as f64;
+    let up = |t: &Nvfp4Tensor| b.upload(t).unwrap().view();
+    let (a1, b1, a2) = (up(&g1.a), up(&g1.b), up(&g2.a));
+    let shared = b.alloc_output([1, m1, 1]).unwrap(); // GEMV 1's c, GEMV 2's packed B
+    let c2 = b.alloc_output([1, m2, 1]).unwrap();
+    // B2's scales, its values read from `shared`.
+    let b2 = with_values_from(up(&g2.b), &shared.view()).unwrap();
 
     let mut lines = Vec::new();
     for (name, module) in &modules {
-        let f = module.load_function("gemv_nvfp4_sm90_plain").unwrap();
-        let occ = |_: &'static str, smem: usize| {
-            f.occupancy_max_active_blocks_per_multiprocessor(256, smem, None).unwrap() as usize
-        };
+        let kernel = module.gemv("gemv_nvfp4_sm90_plain").unwrap();
+        let occ = |_: &'static str, smem: usize| kernel.ctas_per_sm(smem).unwrap();
         let cfg1 = GemvConfig::choose((m1, k1, 1), ScaleLayout::Plain, nvfp4::OutputDtype::F16, sms, occ);
         let cfg2 = GemvConfig::choose((m2, k2, 1), ScaleLayout::Plain, nvfp4::OutputDtype::F16, sms, occ);
         assert!(cfg1.split == 1, "GEMV 1 must need no workspace: {cfg1}");
-        let p1 = diag_params(&cfg1, [p(&a1), p(&sfa1), p(&b1), p(&sfb1), sh, 0, 0], alpha1);
-        // GEMV 2's workspace lies past GEMV 1's (none): the two kernels never share one.
-        let p2 = diag_params(&cfg2, [p(&a2), p(&sfa2), sh, p(&sfb2), c2p, w0, w1], alpha2);
+        let gemv1 = kernel.bind(cfg1.clone(), (&a1, &b1), g1.alpha, &shared.view()).unwrap();
+        // Each bound GEMV has a workspace of its own: the two kernels never share one.
+        let gemv2 = kernel.bind(cfg2.clone(), (&a2, &b2), g2.alpha, &c2.view()).unwrap();
         let mut good = 0;
         for _ in 0..REPS {
-            s.memcpy_htod(&vec![F16_NAN; m1], &mut shared).unwrap();
-            // SAFETY: the parameter structs name live buffers of the sizes the configs need.
-            unsafe {
-                let mut q1 = p1;
-                launch_ex(
-                    &s,
-                    &f,
-                    (cfg1.grid as u32, 256, cfg1.smem_bytes as u32),
-                    &mut [&mut q1 as *mut DiagGemvParams as *mut c_void],
-                    false,
-                );
-                let mut q2 = p2;
-                launch_ex(
-                    &s,
-                    &f,
-                    (cfg2.grid as u32, 256, cfg2.smem_bytes as u32),
-                    &mut [&mut q2 as *mut DiagGemvParams as *mut c_void],
-                    true,
-                );
-            }
-            if bit_exact(s.clone_dtoh(&c2).unwrap(), (m2, 1), &c2_ref) {
+            b.poison(&shared).unwrap();
+            gemv1.launch(false).unwrap();
+            gemv2.launch(true).unwrap();
+            if bit_exact(b.download(&c2).unwrap(), &c2_ref) {
                 good += 1;
             }
         }

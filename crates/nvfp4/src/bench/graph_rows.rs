@@ -7,10 +7,11 @@
 //! cuBLASLt launches run one after the other on the stream, so sets may share outputs.
 
 use super::graph::{Graph, GraphRun, Rotation, GRAPH_WARMUP};
+use super::kernel_check::{check_failure, check_kernel, check_mode};
 use super::lt::Lt;
+use super::options::Options;
 use super::peer::{check_peer, Peer, PeerAgreement};
 use super::report::{fail_verdict, PASS};
-use super::runner::{check_failure, check_mode, Options};
 use super::stats::Samples;
 use super::timer::Timer;
 use crate::backend::cuda::Prepared;
@@ -67,7 +68,7 @@ pub(super) fn bench_kernel(
     };
     let config = first.describe();
     let mode = check_mode(problem.kind());
-    if let Err(e) = super::runner::check_kernel(&mut first, reference, mode) {
+    if let Err(e) = check_kernel(&mut first, reference, mode) {
         return (None, fail_verdict(e), config, None);
     }
     drop(first);

@@ -11,8 +11,8 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 
 use super::ceilings::{tbps, Ceilings};
+use super::options::{Options, SEED};
 use super::report::{fail_verdict, Row, PASS};
-use super::runner::{Options, SEED};
 use super::stats::Samples;
 use super::timer::Timer;
 use crate::backend::cuda::{CudaBackend, DenseBytes, DenseType, JobGlobal, QuantizeJob};

@@ -3,8 +3,6 @@
 //! check the kernel (poison, launch, output) and time it if it passed, check and time the
 //! cuBLASLt peer, all under the run's protocol, and collect the rows.
 
-use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,126 +13,18 @@ use super::floors::{input_bytes, launch_floor, read_ceiling, ReadCeiling};
 use super::gpu::{device_name, driver_present, driver_version, open_stream};
 use super::graph::GraphRun;
 use super::graph_rows;
+use super::kernel_check::{check_kernel, check_mode};
 use super::lt::Lt;
+use super::options::{Options, MIN_SAMPLES, SEED};
 use super::peer::{check_peer, Peer, PeerAgreement};
 use super::protocol::Protocol;
 use super::report::{fail_verdict, geomeans, now_utc, short_shape, Measurement, Report, Row, PASS};
 use super::stats::Samples;
 use super::timer::Timer;
-use crate::backend::cuda::{Floors, Overrides};
+use crate::backend::cuda::Floors;
 use crate::backend::{CpuBackend, CudaBackend};
-use crate::check::{compare_outputs, Mode, Report as CheckReport};
-use crate::problem::{bench_shapes, generate, large_shapes, test_shapes, Output, Problem, ProblemKind, Shape};
+use crate::problem::{generate, Output, Problem, ProblemKind, Shape};
 use crate::{Error, Result};
-
-/// The fewest timed samples a run accepts (a median of fewer is noise).
-pub const MIN_SAMPLES: usize = 20;
-/// Default timed samples per measurement.
-pub const DEFAULT_SAMPLES: usize = 30;
-/// Default warm-up launches before them.
-pub const DEFAULT_WARMUP: usize = 10;
-/// Generator seed of every benchmark problem, fixed so that runs are comparable.
-pub const SEED: u64 = 1;
-
-/// Which catalogue of shapes to run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ShapeSet {
-    /// The SPEC §6 benchmark (leaderboard) shapes.
-    #[default]
-    Bench,
-    /// The SPEC §6 correctness shapes.
-    Test,
-    /// Large square GEMMs (4096³, 8192³); the other problems have none.
-    Large,
-}
-
-impl ShapeSet {
-    /// The shapes of `kind` in this set.
-    pub fn shapes(self, kind: ProblemKind) -> Vec<Shape> {
-        match self {
-            ShapeSet::Bench => bench_shapes(kind),
-            ShapeSet::Test => test_shapes(kind),
-            ShapeSet::Large => large_shapes(kind),
-        }
-    }
-}
-
-impl FromStr for ShapeSet {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "bench" => Ok(ShapeSet::Bench),
-            "test" => Ok(ShapeSet::Test),
-            "large" => Ok(ShapeSet::Large),
-            _ => Err(Error::Invalid(format!("unknown shape set `{s}` (bench, test, large)"))),
-        }
-    }
-}
-
-impl fmt::Display for ShapeSet {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ShapeSet::Bench => "bench",
-            ShapeSet::Test => "test",
-            ShapeSet::Large => "large",
-        })
-    }
-}
-
-/// What to run.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Options {
-    /// Problems to run, in order.
-    pub problems: Vec<ProblemKind>,
-    /// Shape catalogue.
-    pub shapes: ShapeSet,
-    /// Timed samples per measurement (at least [`MIN_SAMPLES`]).
-    pub samples: usize,
-    /// Warm-up launches before them.
-    pub warmup: usize,
-    /// The timing protocol of every row (SPEC §7).
-    pub mode: Protocol,
-    /// Also time the GPU quantizer (`bench::quantize`, after the problems).
-    pub quantize: bool,
-    /// Forced configurations and the route printout for the CUDA backend.
-    pub overrides: Overrides,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Self {
-            problems: ProblemKind::ALL.to_vec(),
-            shapes: ShapeSet::Bench,
-            samples: DEFAULT_SAMPLES,
-            warmup: DEFAULT_WARMUP,
-            mode: Protocol::Cold,
-            quantize: true,
-            overrides: Overrides::NONE,
-        }
-    }
-}
-
-/// The comparison mode of SPEC §4 for `kind`: bit-exact where the generator's sums are exact.
-pub fn check_mode(kind: ProblemKind) -> Mode {
-    if kind.exact_data() {
-        Mode::BitExact
-    } else {
-        Mode::Tolerance
-    }
-}
-
-/// A one-line reason for a failed check: the count and the first mismatch.
-pub(super) fn check_failure(r: &CheckReport) -> String {
-    if let Some(s) = &r.structure {
-        return s.clone();
-    }
-    let mut s = format!("{} of {} elements differ", r.failures, r.elements);
-    if let Some(m) = r.mismatches.first() {
-        let [l, i, j] = m.index;
-        s += &format!(" (first out{}[{l}, {i}, {j}]: got {}, expected {})", m.tensor, m.got, m.expected);
-    }
-    s
-}
 
 /// Runs the benchmark. `log` receives progress lines as they happen. Errors only for what stops
 /// the whole run (no driver, no GPU, no cuBLASLt, a ceiling that cannot be measured); a kernel
@@ -331,24 +221,6 @@ fn bench_shape(
         peer_graph,
     })
 }
-
-/// Poison, launch, download, compare: `Err` names the failure.
-pub(super) fn check_kernel(
-    prep: &mut crate::backend::cuda::Prepared,
-    reference: &Output,
-    mode: Mode,
-) -> Result<(), String> {
-    prep.poison().map_err(|e| e.to_string())?;
-    prep.launch().map_err(|e| e.to_string())?;
-    let out = prep.output().map_err(|e| e.to_string())?;
-    let report = compare_outputs(&out, reference, mode);
-    if report.passed() {
-        Ok(())
-    } else {
-        Err(check_failure(&report))
-    }
-}
-
 /// Checks the kernel, times it only if it passed, and checks it once more after timing.
 fn bench_kernel(
     backend: &CudaBackend,

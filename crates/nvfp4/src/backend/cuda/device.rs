@@ -70,6 +70,16 @@ impl<B: Send + Sync> Read for Owned<B> {
 /// Something a bound launch keeps alive because its parameters hold addresses into it.
 pub(crate) type Keep = Arc<dyn Read>;
 
+/// Memory of two holders, kept alive together and noted read together.
+struct KeepBoth(Keep, Keep);
+
+impl Read for KeepBoth {
+    fn read_on(&self, stream: StreamHandle) {
+        self.0.read_on(stream);
+        self.1.read_on(stream);
+    }
+}
+
 /// An NVFP4 tensor in device memory: values `[L, rows, K/2]` u8 and scales (plain or blocked).
 pub struct DeviceNvfp4 {
     /// Values and scales.
@@ -126,6 +136,24 @@ impl Nvfp4View {
     /// What keeps its memory alive, if it is ours.
     pub(crate) fn keep(&self) -> Option<Keep> {
         self.keep.clone()
+    }
+    /// The same tensor with its packed values read from `out`'s memory instead, which must hold
+    /// exactly as many bytes: one launch's output consumed as the next one's operand.
+    pub(crate) fn with_values_from(self, out: &F16View) -> Result<Self> {
+        let bytes = out.shape.iter().try_fold(2usize, |n, &d| n.checked_mul(d));
+        if bytes != Some(self.meta.value_bytes()) {
+            return Err(Error::Shape(format!(
+                "an output {:?} does not hold the {} B of packed values of {:?}",
+                out.shape,
+                self.meta.value_bytes(),
+                self.meta
+            )));
+        }
+        let keep = match (self.keep, out.keep()) {
+            (Some(a), Some(b)) => Some(Arc::new(KeepBoth(a, b)) as Keep),
+            (a, b) => a.or(b),
+        };
+        Ok(Self { values: out.addr, keep, ..self })
     }
 }
 

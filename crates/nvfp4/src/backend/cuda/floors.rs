@@ -79,6 +79,24 @@ impl ReadSource {
 /// Where a read writes its per-CTA sums: one per launch that may run at the same time as another.
 pub struct ReadSums(CudaSlice<u32>);
 
+impl ReadSums {
+    /// CTAs whose sums it holds.
+    pub(crate) fn ctas(&self) -> usize {
+        self.0.len()
+    }
+}
+
+/// The parameters of one read of all of `src`, its sums into `sums`.
+pub(crate) fn read_params(gpu: &Gpu, src: &ReadSource, sums: &ReadSums) -> FloorReadParams {
+    FloorReadParams { src: gpu.addr(&src.buf), words: src.words, out: gpu.addr(&sums.0) }
+}
+
+/// True for blocks the read kernels take: whole warps (every lane of a warp must agree on their
+/// unrolled loop), at most 1024 threads.
+pub(crate) fn whole_warps(threads: u32) -> bool {
+    (32..=1024).contains(&threads) && threads.is_multiple_of(32)
+}
+
 /// The floor kernels, loaded, on the backend's device and stream.
 pub struct Floors {
     gpu: Arc<Gpu>,
@@ -126,13 +144,11 @@ impl Floors {
     /// [`Floors::launch_empty`]. `src` and `sums` must stay alive until the read has run (the
     /// caller synchronises the stream, or keeps them as long as a graph that holds the launch).
     pub fn launch_read(&self, setting: ReadSetting, src: &ReadSource, sums: &ReadSums, chain: bool) -> Result<()> {
-        // Whole warps: the kernels' unrolled loop needs every lane of a warp to agree on it.
-        let threads_ok = (32..=1024).contains(&setting.threads) && setting.threads.is_multiple_of(32);
-        if setting.ctas_per_sm == 0 || setting.ctas_per_sm > MAX_READ_CTAS_PER_SM || !threads_ok {
+        if setting.ctas_per_sm == 0 || setting.ctas_per_sm > MAX_READ_CTAS_PER_SM || !whole_warps(setting.threads) {
             return Err(Error::Invalid(format!("streaming read grid {setting}")));
         }
         let func = &self.reads[setting.kernel.index()];
-        let params = FloorReadParams { src: self.gpu.addr(&src.buf), words: src.words, out: self.gpu.addr(&sums.0) };
+        let params = read_params(&self.gpu, src, sums);
         let options = LaunchOptions { dependent: chain && pdl_ready(setting.kernel.symbol()), cluster_x: 0 };
         let grid = setting.ctas_per_sm * self.gpu.info().sms;
         self.gpu.launch(

@@ -16,6 +16,7 @@
 //! - `backend`: [`CudaBackend`]: the device, the module cache, upload and download, and which
 //!   plan binds each [`DeviceOp`]; `host`: the [`Backend`](crate::Backend) trait for host data, a
 //!   thin layer on top; `prepared`: [`Prepared`] problems for repeated launches.
+//! - `dev` (hidden): the dev diagnostics' kernel variants, launched through the layers above.
 //!
 //! Environment: `NVFP4_CACHE_DIR` (CUBIN cache folder), `NVFP4_PRINT_CONFIG=1` (print each
 //! prepared problem's launch configuration to stderr at its first launch), `NVFP4_GEMM_SM90`,
@@ -25,6 +26,8 @@
 
 mod backend;
 pub mod compile;
+#[doc(hidden)]
+pub mod dev;
 pub mod device;
 mod device_op;
 pub mod fallback;

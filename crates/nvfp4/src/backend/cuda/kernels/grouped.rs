@@ -1,33 +1,12 @@
-//! The grouped GEMM on the skeleton (grouped_gemm_sm90.cu, sm90/grouped.cuh): its module, the
-//! pre-pass that decodes every group's X and builds the work table, and the structs they share
-//! with the host.
+//! The grouped GEMM on the skeleton (grouped_gemm_sm90.cu, sm90/grouped.cuh): the structs its
+//! pre-pass (which decodes every group's X and builds the work table) and its main kernel share
+//! with the host. Its module, pre-pass symbol and sizes live with the skeleton's in `sm90`, which
+//! names the module for `Op::Grouped` and writes the sizes into generated.cuh; they are
+//! re-exported here for the grouped bind step.
 
-use super::module::KernelModule;
 use crate::backend::cuda::runtime::kernel_struct;
 
-/// Threads of the pre-pass's table builder (its block 0; the decode blocks have as many).
-pub const BUILD_THREADS: u32 = super::sm90::DECODE_X_THREADS;
-/// Most groups (or experts) of one grouped launch: the builder's prefix sums live in shared
-/// memory.
-pub const MAX_SEGMENTS: usize = 1024;
-
-/// The pre-pass kernel.
-pub const PREPARE_SYMBOL: &str = "grouped_prepare_sm90";
-
-/// The grouped GEMM's module: the pre-pass and the main kernel's variants.
-pub static GROUPED_SM90: KernelModule = KernelModule {
-    file: "grouped_gemm_sm90.cu",
-    source: include_str!("../../../../kernels/grouped_gemm_sm90.cu"),
-    symbols: &[
-        "grouped_gemm_nvfp4_sm90_ws_m256n16",
-        "grouped_gemm_nvfp4_sm90_ws_m256n32",
-        "grouped_gemm_nvfp4_sm90_ws_m256n64",
-        "grouped_gemm_nvfp4_sm90_ws_m256n128",
-        "grouped_gemm_nvfp4_sm90_ws_m128n128",
-        "grouped_gemm_nvfp4_sm90_ws_m128n256",
-        PREPARE_SYMBOL,
-    ],
-};
+pub use super::sm90::{BUILD_THREADS, GROUPED_SM90, MAX_SEGMENTS, PREPARE_SYMBOL};
 
 kernel_struct! {
     /// One piece of work of a grouped launch: a tile of one group over a range of k-steps,

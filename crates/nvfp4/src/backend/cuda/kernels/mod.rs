@@ -25,7 +25,7 @@ pub static MODULES: [&KernelModule; 9] = [
     &sm90::DECODE_X,
     &sm90::GEMM_SM90,
     &sm90::DUAL_SM90,
-    &grouped::GROUPED_SM90,
+    &sm90::GROUPED_SM90,
     &quantize::QUANTIZE,
     &floors::FLOORS,
 ];

@@ -1,7 +1,8 @@
 //! The Hopper GEMM skeleton's modules (kernels/sm90/, gemm_sm90.cu, dual_gemm_sm90.cu,
-//! decode_x_sm90.cu), their parameter structs, and every size the host and the kernels share:
-//! thread roles and register budgets, the tile variants, and each variant's shared-memory
-//! carve-up. `cuda_sizes` writes them into generated.cuh, where sm90/config.cuh reads them.
+//! grouped_gemm_sm90.cu, decode_x_sm90.cu), their parameter structs (the grouped GEMM's are in
+//! `grouped`), and every size the host and the kernels share: thread roles and register budgets,
+//! the tile variants, and each variant's shared-memory carve-up. `cuda_sizes` writes them into
+//! generated.cuh, where sm90/config.cuh reads them.
 
 use std::fmt::Write;
 
@@ -37,6 +38,11 @@ pub const PRODUCER_REGS: u32 = 88;
 pub const CONSUMER_REGS: u32 = 208;
 /// Threads per block of the X pre-pass (one per 16-byte output chunk).
 pub const DECODE_X_THREADS: u32 = 256;
+/// Threads of the grouped pre-pass's table builder (its block 0; the decode blocks have as many).
+pub const BUILD_THREADS: u32 = DECODE_X_THREADS;
+/// Most groups (or experts) of one grouped launch: the builder's prefix sums live in shared
+/// memory.
+pub const MAX_SEGMENTS: usize = 1024;
 /// `Sm90Schedule::k_mode`: split-K, pieces summed through the workspace.
 pub const K_SPLIT: i32 = 0;
 /// `Sm90Schedule::k_mode`: stream-K.
@@ -79,7 +85,7 @@ impl Op {
         match self {
             Op::Gemm => &GEMM_SM90,
             Op::Dual => &DUAL_SM90,
-            Op::Grouped => &super::grouped::GROUPED_SM90,
+            Op::Grouped => &GROUPED_SM90,
         }
     }
 }
@@ -233,6 +239,25 @@ pub static DUAL_SM90: KernelModule = KernelModule {
     ],
 };
 
+/// The grouped GEMM on the skeleton: its pre-pass (every group's X decoded, the work table built)
+/// and the main kernel's variants; the structs they take are in `super::grouped`.
+pub static GROUPED_SM90: KernelModule = KernelModule {
+    file: "grouped_gemm_sm90.cu",
+    source: include_str!("../../../../kernels/grouped_gemm_sm90.cu"),
+    symbols: &[
+        "grouped_gemm_nvfp4_sm90_ws_m256n16",
+        "grouped_gemm_nvfp4_sm90_ws_m256n32",
+        "grouped_gemm_nvfp4_sm90_ws_m256n64",
+        "grouped_gemm_nvfp4_sm90_ws_m256n128",
+        "grouped_gemm_nvfp4_sm90_ws_m128n128",
+        "grouped_gemm_nvfp4_sm90_ws_m128n256",
+        PREPARE_SYMBOL,
+    ],
+};
+
+/// The grouped pre-pass kernel.
+pub const PREPARE_SYMBOL: &str = "grouped_prepare_sm90";
+
 kernel_struct! {
     /// What a work unit computes on: the W operand (one tensor, or the two parts of a dual GEMM's
     /// tile), the decoded X, the output and its scaling. A single-problem launch passes it in its
@@ -364,8 +389,8 @@ pub fn cuda_sizes() -> String {
         ("K_SPLIT", K_SPLIT as i64),
         ("K_STREAM", K_STREAM as i64),
         ("K_CLUSTER", K_CLUSTER as i64),
-        ("BUILD_THREADS", super::grouped::BUILD_THREADS as i64),
-        ("MAX_SEGMENTS", super::grouped::MAX_SEGMENTS as i64),
+        ("BUILD_THREADS", BUILD_THREADS as i64),
+        ("MAX_SEGMENTS", MAX_SEGMENTS as i64),
     ];
     for (name, v) in consts {
         let _ = writeln!(s, "constexpr int {name} = {v};");
