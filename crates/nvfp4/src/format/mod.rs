@@ -13,5 +13,5 @@ pub use e4m3::{e4m3_is_nan, e4m3_to_f32, f32_to_e4m3, E4M3_MAX};
 pub use layout::{blocked_dims, blocked_offset, blocked_to_plain, plain_to_blocked, ScaleLayout};
 pub use out::{OutTensor, OutputDtype};
 pub use pack::{nibble, pack_nibbles, unpack_nibbles};
-pub use quant::{modelopt_global_scale, quantize, GlobalScale};
+pub use quant::{modelopt_global_scale, quantize, quantize_nan_blocks, GlobalScale, MIN_GLOBAL_SCALE, NAN_SCALE};
 pub use tensor::{F16Tensor, Nvfp4Tensor};
