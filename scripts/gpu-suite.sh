@@ -7,7 +7,7 @@
 #
 # Steps (GPU_SUITE_STEPS selects a subset, e.g. "env tests"):
 #   env        nvidia-smi, NVRTC discovery, `nvfp4 kernels` (registers/spills on this NVRTC)
-#   tests      gpu-bin/test-* with --ignored --test-threads=1 (TEST_BINS="cuda bench" picks
+#   tests      gpu-bin/test-* with --ignored, on cargo's default test threads (TEST_BINS="cuda bench" picks
 #              binaries, default all; TEST_FILTER passes test-name filters).
 #   check      nvfp4 check --backend cuda
 #   bench      nvfp4 bench --json $OUT/bench.json (SPEC §7 cold protocol)
@@ -99,7 +99,7 @@ if has_step tests; then
     [[ -x "$t" ]] || continue
     if [[ -n "${TEST_BINS:-}" && " $TEST_BINS " != *" ${t##*/test-} "* ]]; then continue; fi
     # shellcheck disable=SC2086
-    run_step "$(basename "$t") --ignored" "$log" "$t" --ignored --test-threads=1 --nocapture \
+    run_step "$(basename "$t") --ignored" "$log" "$t" --ignored --nocapture \
       ${TEST_FILTER:-}
   done
 fi

@@ -85,3 +85,54 @@ fn json_summary() {
     assert_eq!(v["output_bytes"], size);
     assert_eq!(v["input_bytes"], std::fs::metadata(dir.path("dense.safetensors")).unwrap().len());
 }
+
+/// A file with one dense `[2, 32]` tensor named `name`, of dtype `dtype`, from f32 values.
+fn one_tensor_file(dir: &Scratch, file: &str, name: &str, dtype: Dtype, x: &[f32]) {
+    let bytes: Vec<u8> = match dtype {
+        Dtype::F32 => x.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        Dtype::BF16 => x.iter().flat_map(|&v| half::bf16::from_f32(v).to_le_bytes()).collect(),
+        _ => unreachable!("f32 and bf16 only"),
+    };
+    let t = TensorView::new(dtype, vec![2, 32], &bytes).unwrap();
+    std::fs::write(dir.path(file), safetensors::serialize([(name, t)], None).unwrap()).unwrap();
+}
+
+/// A NaN or an infinity fails the command (the library's rule, as in Python): the message names
+/// the tensor and the first such element, and nothing is written.
+#[test]
+fn nan_or_infinity_fails_naming_the_tensor_and_the_element() {
+    let dir = Scratch::new("quantize-nonfinite");
+    for (dtype, bad, shown) in [(Dtype::F32, f32::NAN, "NaN"), (Dtype::BF16, f32::NEG_INFINITY, "-inf")] {
+        let mut x: Vec<f32> = (0..64).map(|i| i as f32 / 8.0).collect();
+        x[49] = bad; // row 1, k 17
+        x[63] = f32::INFINITY; // a later one, not the one named
+        one_tensor_file(&dir, "dense.safetensors", "proj.weight", dtype, &x);
+        let o = nvfp4_in(&dir.0, &["quantize", "-i", "dense.safetensors", "-o", "q.safetensors"]);
+        let err = assert_exit(&o, 1);
+        let want = format!("tensor `proj.weight`: element 49 ([l, row, k] = [0, 1, 17]) is {shown}");
+        assert!(err.contains(&want), "`{want}` not in {err}");
+        assert_eq!(dir.listing(), vec!["dense.safetensors"], "{dtype:?}");
+    }
+}
+
+/// Tensors of tiny values (f32 1e-44: amax / 2688 underflowed to 0, a global scale the reader
+/// refused) are written with the global scale 2^-126, and the file reads back with the library's
+/// checkpoint reader.
+#[test]
+fn a_tensor_of_tiny_values_gives_a_file_the_reader_accepts() {
+    let dir = Scratch::new("quantize-tiny");
+    // bf16 2^-133 (its smallest subnormal): scale e4m3(2^-133 / 6 / 2^-126 = 0.0013) = 2^-9
+    // (code 1), quotient 2^-133 / 2^-135 = 4 (code 6, so bytes 0x66).
+    for (dtype, x, scale, byte) in [(Dtype::F32, 1e-44, 0u8, 0u8), (Dtype::BF16, 2f32.powi(-133), 0x01, 0x66)] {
+        one_tensor_file(&dir, "dense.safetensors", "proj.weight", dtype, &[x; 64]);
+        let o = nvfp4_in(&dir.0, &["quantize", "-i", "dense.safetensors", "-o", "q.safetensors"]);
+        assert_exit(&o, 0);
+        let (w, convention) = nvfp4::io::load_weight(&dir.path("q.safetensors"), "proj.")
+            .unwrap_or_else(|e| panic!("{dtype:?}: the written file does not read back: {e}"));
+        assert_eq!(convention, nvfp4::io::WeightConvention::ModelOpt);
+        assert_eq!(w.global_scale(), 2f32.powi(-126), "{dtype:?}");
+        assert_eq!((w.rows(), w.k()), (2, 32));
+        assert!(w.scales().iter().all(|&s| s == scale), "{dtype:?}: {:?}", w.scales());
+        assert!(w.values().iter().all(|&v| v == byte), "{dtype:?}: {:?}", w.values());
+    }
+}

@@ -15,7 +15,8 @@ pub fn to_py(e: Error) -> PyErr {
         | Error::Tensor { .. }
         | Error::File { .. }
         | Error::UnknownCase(_)
-        | Error::Invalid(_) => PyValueError::new_err(msg),
+        | Error::Invalid(_)
+        | Error::NonFinite { .. } => PyValueError::new_err(msg),
         Error::Io { .. }
         | Error::NoDriver(_)
         | Error::NoGpu

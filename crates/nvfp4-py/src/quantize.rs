@@ -1,6 +1,7 @@
 //! `quantize`: dense f32/f16/bf16 to NVFP4 in the ModelOpt convention, on the CPU (the library's
 //! quantizer) or the GPU (the quantizer kernels on the caller's stream), into caller-owned
-//! values, scales and global scale.
+//! values, scales and global scale. A NaN or an infinity is refused on the CPU; on the GPU it
+//! gives its block the E4M3 NaN scale, unless `check_finite` pays a synchronization to refuse it.
 
 use half::{bf16, f16};
 use nvfp4::backend::cuda::{DenseType, DenseView, GlobalSource, ScalarView};
@@ -41,7 +42,7 @@ fn host_f32(x: &Tensor, ty: DenseType) -> PyResult<Vec<f32>> {
 }
 
 #[pyfunction]
-#[pyo3(signature = (x, values, scales, global_out, global_scale=None, layout="plain", stream=None))]
+#[pyo3(signature = (x, values, scales, global_out, global_scale=None, layout="plain", stream=None, check_finite=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn quantize(
     py: Python<'_>,
@@ -52,6 +53,7 @@ pub fn quantize(
     global_scale: Option<&Bound<'_, PyAny>>,
     layout: &str,
     stream: Option<u64>,
+    check_finite: bool,
 ) -> PyResult<()> {
     let layout = parse_layout(Some(layout))?.unwrap_or(ScaleLayout::Plain);
     let mut imports = Importer::new(stream);
@@ -113,6 +115,7 @@ pub fn quantize(
                     GlobalScale::Fixed(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                 }
             };
+            // Always checked here: a NaN or an infinity is refused, naming the first.
             let q = py.detach(move || cpu_quantize(&data, l, rows, k, global)).py()?.into_layout(layout);
             out.values.write_host(q.values(), 1)?;
             out.scales.write_host(q.scales(), 1)?;
@@ -141,7 +144,11 @@ pub fn quantize(
             };
             py.detach(move || {
                 with_device(d, stream, |backend, ws, handle| {
-                    backend.quantize_on(&dense, &ov, source, &gout, ws, handle)
+                    if check_finite {
+                        backend.quantize_checked_on(&dense, &ov, source, &gout, ws, handle)
+                    } else {
+                        backend.quantize_on(&dense, &ov, source, &gout, ws, handle)
+                    }
                 })
             })
         }

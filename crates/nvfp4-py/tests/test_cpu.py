@@ -2,6 +2,8 @@
 operation against a NumPy float64 reference (bit-identical where SPEC §4 says so), and every
 error the binding reports. Needs neither a GPU nor torch."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -185,6 +187,39 @@ def test_quantize_then_gemm_matches_dequantized(rng):
     got = nvfp4.gemm(xa, xs, wa, ws, alpha=alpha)
     ref = (decode(xa, xs) @ decode(wa, ws).T * np.float64(np.float32(alpha))).astype(np.float16)
     assert within_tolerance(got, ref)
+
+
+@pytest.mark.parametrize("bad,shown", [(np.nan, "NaN"), (np.inf, "inf"), (-np.inf, "-inf")])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_quantize_refuses_nan_and_inf_naming_the_element(bad, shown, dtype):
+    x = np.ones((3, 2, 32), dtype)  # [L, rows, K]
+    x[1, 0, 17] = bad  # element 1 * 64 + 0 * 32 + 17
+    x[2, 1, 31] = np.nan  # a later one is not the one named
+    want = f"element 81 ([l, row, k] = [1, 0, 17]) is {shown}: NVFP4 has no NaN or infinity"
+    values = np.full((3, 2, 16), 0xAB, np.uint8)
+    scales = np.full((3, 2, 2), 0xCD, np.uint8)
+    glob = np.full(1, 7.0, np.float32)
+    for kw in ({}, {"check_finite": True}, {"global_scale": 0.5}, {"layout": "blocked"}):
+        with pytest.raises(ValueError, match=re.escape(want)):
+            nvfp4.quantize(x, **kw)
+    with pytest.raises(ValueError, match=re.escape(want)):
+        nvfp4.quantize(x, out=(values, scales, glob))
+    # Nothing written.
+    assert (values == 0xAB).all() and (scales == 0xCD).all() and glob[0] == 7.0
+
+
+def test_quantize_tiny_amax_gives_the_smallest_normal_global_scale():
+    tiny = np.finfo(np.float32).tiny  # 2**-126
+    v, s, g = nvfp4.quantize(np.full((2, 32), 1e-44, np.float32))  # amax / 2688 underflows to 0
+    assert g[0] == tiny
+    assert not v.any() and not s.any()
+    # amax 2**-130: scale e4m3(2**-130 / 6 / 2**-126) = 5 * 2**-9 (code 5), s = 5 * 2**-135;
+    # quotients 6.4 -> 6 (code 7), 3.2 -> 3 (code 5), -1.6 -> -1.5 (code 11).
+    y = np.zeros((1, 16), np.float32)
+    y[0, :3] = [2.0**-130, 2.0**-131, -(2.0**-132)]
+    v, s, g = nvfp4.quantize(y)
+    assert g[0] == tiny and s[0, 0] == 5
+    np.testing.assert_array_equal(v[0], [0x57, 0x0B, 0, 0, 0, 0, 0, 0])
 
 
 # ---- bfloat16 output (NumPy has no bfloat16: the results are CPU torch tensors) ------------------

@@ -3,6 +3,8 @@ torch dequantize-and-matmul reference (bit-identical where SPEC §4 says so), th
 bit-identical to the CPU one, torch.compile, CUDA graph capture, two streams, Linear against its
 dequantized twin, and the errors only a GPU can show."""
 
+import re
+
 import pytest
 import torch
 
@@ -286,9 +288,8 @@ def test_quantize_bit_identical_to_cpu(dtype, layout):
     x = torch.randn(300, 512) * torch.logspace(-6, 4, 512)[None, :]
     x[0, :16] = 0.0
     x[1, :32] = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25] * 4)  # E2M1 ties
-    x[2, 5] = float("nan")
     x[3, :16] = -0.0
-    x = x.to(dtype)
+    x = x.to(dtype)  # finite: NaN and infinities have their own test below
     for gs in (None, 0.37, torch.tensor([0.37], device=DEV)):
         gv, gsc, gg = nvfp4.quantize(x.to(DEV), gs, layout)
         cv, csc, cg = nvfp4.quantize(x, gs.cpu() if torch.is_tensor(gs) else gs, layout)
@@ -296,13 +297,119 @@ def test_quantize_bit_identical_to_cpu(dtype, layout):
         assert torch.equal(gv.cpu(), cv), (dtype, layout, gs)
         assert torch.equal(gsc.view(torch.uint8).cpu(), csc.view(torch.uint8)), (dtype, layout, gs)
         assert torch.equal(gg.cpu(), cg), (dtype, layout, gs)
-    # An input with an infinity: the global scale is 1 (as on the CPU).
-    y = torch.randn(4, 64, dtype=dtype)
-    y[1, 3] = float("inf")
-    gv, gsc, gg = nvfp4.quantize(y.to(DEV))
-    cv, csc, cg = nvfp4.quantize(y)
-    assert torch.equal(gv.cpu(), cv) and torch.equal(gsc.view(torch.uint8).cpu(), csc.view(torch.uint8))
-    assert gg.item() == cg.item() == 1.0
+    # A tensor of tiny values: the global scale is 2**-126 (amax / 2688 underflows), as on the CPU.
+    tiny = torch.full((4, 64), 2.0**-133).to(dtype) if dtype != torch.float16 else None
+    if tiny is not None:
+        gv, gsc, gg = nvfp4.quantize(tiny.to(DEV))
+        cv, csc, cg = nvfp4.quantize(tiny)
+        assert torch.equal(gv.cpu(), cv) and torch.equal(gsc.view(torch.uint8).cpu(), csc.view(torch.uint8))
+        assert gg.item() == cg.item() == 2.0**-126
+
+
+def gpu_rule(x, gs, layout):
+    """The GPU quantizer's rule for NaN and infinities (docs/FORMAT.md §1), built from the CPU
+    quantizer: a 16-block holding one gets the scale 0x7F (the float8_e4m3fn NaN) and +0 codes,
+    every other block is quantized as on the CPU, and the amax global scale ignores them."""
+    bad = ~torch.isfinite(x.float())
+    blocks = bad.reshape(*x.shape[:-1], -1, 16).any(-1)
+    if gs is None:
+        _, _, gs = nvfp4.quantize(torch.where(bad, torch.zeros_like(x), x))  # the finite elements' amax
+    clean = x.clone()
+    clean.reshape(*x.shape[:-1], -1, 16)[blocks] = 0
+    v, s, g = nvfp4.quantize(clean, gs)
+    s = s.view(torch.uint8)
+    s[blocks] = 0x7F
+    if layout == "blocked":
+        s = to_blocked(s.view(torch.float8_e4m3fn).reshape(-1, *s.shape[-2:])).view(torch.uint8)
+    return v, s, g
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["plain", "blocked"])
+def test_quantize_nan_and_inf_mark_their_blocks(dtype, layout):
+    """On the GPU (no synchronization), a NaN or an infinity gives its 16-block the NaN scale:
+    bit-identical to the rule's CPU model, at the first and last elements, both sides of a block
+    boundary, and one infinity in a tiny tensor (the other blocks keep their scales)."""
+    torch.manual_seed(4)
+    nan, inf = float("nan"), float("inf")
+    x = torch.randn(2, 150, 512) * torch.logspace(-3, 2, 512)[None, None, :]
+    x[0, 0, 0] = nan
+    x[-1, -1, -1] = inf
+    x[0, 5, 15], x[0, 5, 16] = -inf, nan
+    x[1, 77, 300] = nan
+    tiny = torch.randn(64, 256) * (2.0**-12 if dtype == torch.float16 else 2.0**-100)
+    tiny[10, 100] = inf
+    for data in (x.to(dtype), tiny.to(dtype)):
+        for gs in (None, 0.37, torch.tensor([0.37], device=DEV)):
+            gv, gsc, gg = nvfp4.quantize(data.to(DEV), gs, layout)
+            mv, msc, mg = gpu_rule(data, gs.cpu() if torch.is_tensor(gs) else gs, layout)
+            torch.cuda.synchronize()
+            assert torch.equal(gv.cpu(), mv), (dtype, layout, gs)
+            assert torch.equal(gsc.view(torch.uint8).cpu().reshape(-1), msc.reshape(-1)), (dtype, layout, gs)
+            assert torch.equal(gg.cpu(), mg), (dtype, layout, gs)
+    # The tiny tensor's global scale comes from its finite elements: no block is crushed to zero.
+    tiny = tiny.to(dtype)
+    gv, gsc, gg = nvfp4.quantize(tiny.to(DEV))
+    scales = gsc.view(torch.uint8).cpu()
+    assert (scales == 0x7F).sum() == 1 and (scales == 0).sum() == 0
+    assert 0 < gg.item() < tiny[torch.isfinite(tiny)].abs().max().item() * 2**-10
+
+
+def test_nan_blocks_reach_exactly_their_gemm_rows():
+    """A block marked by the GPU quantizer makes NaN exactly the GEMM outputs whose sums use it."""
+    torch.manual_seed(6)
+    x = torch.randn(96, 512, device=DEV, dtype=torch.bfloat16)
+    w = torch.randn(256, 512, device=DEV, dtype=torch.bfloat16)
+    x[7, 100] = float("nan")
+    x[40, 511] = float("inf")
+    w[3, 0] = float("-inf")
+    xv, xs, xg = nvfp4.quantize(x)
+    wv, ws, wg = nvfp4.quantize(w)
+    y = nvfp4.gemm(xv, xs, wv, ws, alpha=(xg * wg).item())
+    want = torch.zeros(96, 256, dtype=torch.bool, device=DEV)
+    want[[7, 40], :] = True
+    want[:, 3] = True
+    assert torch.equal(y.isnan(), want)
+    assert torch.isfinite(y[~want]).all()
+
+
+def test_quantize_check_finite_raises_naming_the_element():
+    """``check_finite=True`` synchronizes and raises as the CPU does: the first NaN or infinity,
+    or a device global scale that is not finite and > 0; never under CUDA graph capture."""
+    x = torch.randn(3, 40, 64, device=DEV)
+    x[2, 0, 0] = float("inf")
+    x[1, 7, 33] = float("nan")  # element 1 * 2560 + 7 * 64 + 33, the first
+    want = "element 3041 ([l, row, k] = [1, 7, 33]) is NaN: NVFP4 has no NaN or infinity"
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for gs in (None, 0.5, torch.tensor([0.5], device=DEV)):
+            with pytest.raises(ValueError, match=re.escape(want)):
+                nvfp4.quantize(x.to(dtype), gs, check_finite=True)
+            with pytest.raises(ValueError, match=re.escape(want)):
+                nvfp4.quantize(x.to(dtype).cpu(), gs.cpu() if torch.is_tensor(gs) else gs)
+    clean = torch.nan_to_num(x, nan=1.0, posinf=2.0)
+    gv, gsc, gg = nvfp4.quantize(clean, check_finite=True)
+    cv, csc, cg = nvfp4.quantize(clean.cpu())
+    assert torch.equal(gv.cpu(), cv) and torch.equal(gg.cpu(), cg)
+    # A device global scale of 0: every scale NaN and the global NaN without the check; refused with it.
+    zero = torch.zeros(1, device=DEV)
+    gv, gsc, gg = nvfp4.quantize(clean, zero)
+    assert (gsc.view(torch.uint8) == 0x7F).all() and (gv == 0).all() and gg.isnan().all()
+    with pytest.raises(ValueError, match=re.escape("the global scale on the device is 0: it must be finite and > 0")):
+        nvfp4.quantize(clean, zero, check_finite=True)
+    # Under capture the check cannot wait for the stream: refused before anything is enqueued.
+    vals = torch.empty(3, 40, 32, dtype=torch.uint8, device=DEV)
+    scales = torch.empty(3, 40, 4, dtype=torch.uint8, device=DEV)
+    glob = torch.empty(1, dtype=torch.float32, device=DEV)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        nvfp4.quantize(clean, 0.5, out=(vals, scales, glob), check_finite=True)  # warm-up
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(ValueError, match="graph capture"):
+        with torch.cuda.graph(graph):
+            vals.zero_()
+            nvfp4.quantize(clean, 0.5, out=(vals, scales, glob), check_finite=True)
 
 
 

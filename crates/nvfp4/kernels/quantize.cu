@@ -1,12 +1,19 @@
 // quantize.cu: NVFP4 quantization on the GPU in the ModelOpt convention (SPEC §1), bit-identical
-// to the CPU quantizer (format/quant.rs):
-//   global = amax(x) / (6 * 448) (1 when amax is 0 or not finite), or a given global scale;
+// to the CPU quantizer's GPU rule (format/quant.rs quantize_nan_blocks; docs/FORMAT.md §1):
+//   global = max(amax / (6 * 448), 2^-126) with amax over the finite elements (1 when that amax
+//   is 0), or a given global scale (one read from the device that is not finite and > 0 is
+//   replaced by NaN, so every scale below becomes NaN);
 //   per 16-block: scale = e4m3(amax(block) / 6 / global), s = f32(scale) * global;
-//   q = e2m1(x / s), nearest even, saturating at 6 (0 when s is 0 or not finite).
+//   q = e2m1(x / s), nearest even, saturating at 6 (0 when s is 0 or not finite);
+//   a block holding a NaN or an infinity: scale = 0x7F (the e4m3 NaN), 16 codes +0. A launch
+//   cannot refuse such input without a host synchronization; this marks exactly the blocks (and
+//   so the GEMM outputs) it reaches. Such a block also atomicMin's 4 * (its first bad element's
+//   index) + (0 NaN, 1 +inf, 2 -inf) into the word `first_bad`, which the host's opt-in check
+//   sets to all ones before the launch and reads back after it.
 //
 // Two kernels per input type (f32, f16, bf16):
-// - quantize_amax_*: the tensor's amax as u32 bits (non-negative floats order as integers;
-//   NaN is skipped, as f32::max does) with one atomicMax per warp, into a word zeroed before.
+// - quantize_amax_*: the tensor's amax over its finite elements as u32 bits (non-negative floats
+//   order as integers) with one atomicMax per warp, into a word zeroed before.
 // - quantize_nvfp4_*: one thread per 16-block and tile of THREADS blocks, a grid of one wave
 //   striding over the tiles, the next tile's loads in flight while this one is quantized: 8 bytes
 //   of packed values and one scale byte per block (plain or blocked layout, SPEC §2).
@@ -15,8 +22,8 @@
 // within 3 units in the last place of the CPU's quotient, so it gives the CPU's code unless that
 // quotient lies within a few ulp of a rounding boundary; those elements (rare, but frequent in
 // structured data such as bf16 inputs with a power-of-two-like global scale) are redone with the
-// exact quotient (__fdiv_rn, as the CPU divides), and blocks with NaN or an extreme scale take
-// the exact path throughout. The block scale is the hardware e4m3 conversion (nearest even,
+// exact quotient (__fdiv_rn, as the CPU divides), and blocks with an extreme scale take the
+// exact path throughout. The block scale is the hardware e4m3 conversion (nearest even,
 // saturating); every other rounding is spelled out (__fdiv_rn, __fmul_rn) so that no contraction
 // makes the GPU differ from the CPU.
 #include "ptx.cuh"
@@ -166,13 +173,23 @@ NVFP4_DEVICE u32 e2m1_fast8(const u32* w, int h, float r, bool& near) {
   return acc;
 }
 
+// The smallest global scale taken from the amax: the smallest normal f32 (format/quant.rs
+// MIN_GLOBAL_SCALE). amax / 2688 of a tensor of tiny values underflows, to 0 below ~2^-138.
+constexpr float MIN_GLOBAL = 0x1p-126f;
+// The largest finite f32: x <= F32_MAX is false exactly for NaN and the infinities.
+constexpr float F32_MAX = 0x1.fffffep+127f;
+
 // The global scale this launch uses (QuantizeParams::global_mode: 0 from the amax word, 1 the
-// value in the params, 2 the f32 at global_in).
+// value in the params, checked by the host, 2 the f32 at global_in, which only the kernel sees:
+// one that is not finite and > 0 becomes NaN, which every block scale then inherits).
 NVFP4_DEVICE float global_scale(const QuantizeParams& p) {
   if (p.global_mode == 1) return p.global_value;
-  if (p.global_mode == 2) return *p.global_in;
-  const float a = __uint_as_float(*(const volatile u32*)p.amax);
-  return (a > 0.0f && isfinite(a)) ? __fdiv_rn(a, 2688.0f) : 1.0f;
+  if (p.global_mode == 2) {
+    const float g = *p.global_in;
+    return g > 0.0f && g <= F32_MAX ? g : __uint_as_float(0x7FC00000u);
+  }
+  const float a = __uint_as_float(*(const volatile u32*)p.amax);  // finite, >= 0
+  return a > 0.0f ? fmaxf(__fdiv_rn(a, 2688.0f), MIN_GLOBAL) : 1.0f;
 }
 
 // Byte offset of scale (row i of batch b, scale column j) in the blocked layout (SPEC §2).
@@ -195,8 +212,16 @@ NVFP4_DEVICE void amax_kernel(const QuantizeParams& p) {
 #pragma unroll
     for (int u = 0; u < AMAX_UNROLL; ++u) {
       if (b0 + (i64)u * THREADS >= p.blocks) break;
+      float a = In::amax_nan(w[u]);  // NaN or inf when the block holds one
+      if (!(a <= F32_MAX)) {         // rare: the amax of the block's finite elements
+        a = 0.0f;
 #pragma unroll
-      for (int i = 0; i < 16; ++i) m = fmaxf(m, fabsf(In::at(w[u], i)));  // skips NaN, like f32::max
+        for (int i = 0; i < 16; ++i) {
+          const float v = fabsf(In::at(w[u], i));
+          if (v <= F32_MAX) a = fmaxf(a, v);
+        }
+      }
+      m = fmaxf(m, a);
     }
   }
 #pragma unroll
@@ -204,20 +229,35 @@ NVFP4_DEVICE void amax_kernel(const QuantizeParams& p) {
   if (threadIdx.x % 32 == 0 && m > 0.0f) atomicMax(p.amax, __float_as_uint(m));
 }
 
+// Records block `b`'s first NaN or infinity for the host's check: the smallest 4 * index + kind
+// (0 NaN, 1 +inf, 2 -inf) over the launch.
+// (Unrolled, from the last element down: w must stay in registers, so no dynamic index.)
+template <class In>
+NVFP4_DEVICE void record_first_bad(const QuantizeParams& p, i64 b, const u32* w) {
+  u64 first = ~0ull;
+#pragma unroll
+  for (int i = 15; i >= 0; --i) {
+    const float v = In::at(w, i);
+    if (!(fabsf(v) <= F32_MAX)) first = (u64)(b * 16 + i) * 4 + (v != v ? 0 : v > 0.0f ? 1 : 2);
+  }
+  atomicMin(p.first_bad, first);
+}
+
 // Quantizes block `b` (input at `src`) from its raw words `w`; writes its values and scale.
 template <class In>
 NVFP4_DEVICE void quantize_block(const QuantizeParams& p, float g, i64 b, const u32* w) {
-  float amax = In::amax_nan(w);
-  const bool has_nan = amax != amax;
-  if (has_nan) {  // rare: the CPU's amax skips NaN
-    amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) amax = fmaxf(amax, fabsf(In::at(w, i)));
-  }
-  const u32 sc = e4m3_code(__fdiv_rn(__fdiv_rn(amax, 6.0f), g));
+  const float amax = In::amax_nan(w);  // NaN or inf when the block holds one
+  const bool finite = amax <= F32_MAX;
+  // Rare. Always recorded: a test of whether the host asked, even inside this branch, was
+  // hoisted by the compiler onto the hot path (two integer-pipe instructions per block).
+  if (!finite) record_first_bad<In>(p, b, w);
+  const u32 code = e4m3_code(__fdiv_rn(__fdiv_rn(amax, 6.0f), g));
+  // Not finite: the e4m3 NaN (which a NaN amax gives already; an infinite one would saturate),
+  // so s is NaN below and all 16 codes stay +0.
+  const u32 sc = finite ? code : 0x7Fu;
   const float s = __fmul_rn(e4m3_value(sc), g);
-  u32 packed[2] = {0u, 0u};  // s == 0 (an all-zero block, a scale that rounds to 0): all +0
-  if (!has_nan && s >= FAST_S_MIN && s <= FAST_S_MAX) {
+  u32 packed[2] = {0u, 0u};  // s == 0 (an all-zero block, a scale that rounds to 0) or NaN: all +0
+  if (s >= FAST_S_MIN && s <= FAST_S_MAX) {
     const float r = __frcp_rn(s);
     bool near = false;
     if (__fmul_rn(amax, r) < 7.0f) {  // no y reaches 7: no code needs saturating
@@ -238,7 +278,7 @@ NVFP4_DEVICE void quantize_block(const QuantizeParams& p, float g, i64 b, const 
         }
       }
     }
-  } else if (s > 0.0f && isfinite(s)) {  // rare: NaN in the block, or an extreme scale
+  } else if (s > 0.0f && isfinite(s)) {  // rare: an extreme scale
 #pragma unroll
     for (int i = 0; i < 16; ++i) packed[i / 8] |= e2m1_code(__fdiv_rn(In::at(w, i), s)) << (4 * (i % 8));
   }

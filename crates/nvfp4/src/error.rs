@@ -30,6 +30,10 @@ pub enum Error {
     /// An argument outside what the call accepts.
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// A dense input to quantize holds a NaN or an infinity, which NVFP4 cannot encode: the
+    /// first one in row-major order, its flat index and its position `[l, row, k]`.
+    #[error("element {index} ([l, row, k] = {at:?}) is {value}: NVFP4 has no NaN or infinity, refusing to quantize")]
+    NonFinite { index: usize, at: [usize; 3], value: f32 },
     /// The CUDA driver library could not be loaded.
     #[error("no CUDA driver: {0}")]
     NoDriver(String),

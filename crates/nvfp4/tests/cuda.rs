@@ -1,5 +1,5 @@
 //! CUDA backend tests. All but the first need an NVIDIA GPU and are `#[ignore]`d: run them with
-//! `cargo test --release --test cuda -- --ignored --test-threads=1` (or the binary that
+//! `cargo test --release --test cuda -- --ignored` (or the binary that
 //! scripts/build-gpu.sh copies to gpu-bin/).
 //!
 //! Tiers: exact (SPEC GEMV / GEMM / grouped data, bit-identical to the CPU reference, both scale

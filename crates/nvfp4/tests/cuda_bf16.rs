@@ -6,7 +6,7 @@
 //! is at most 2^-7 relative), and e^-x flushes to zero a little earlier than the CPU's (values
 //! below 1e-30, which bf16 keeps). Outputs are poisoned with bf16 NaN before each launch, so an
 //! unwritten element fails. Needs an NVIDIA GPU:
-//! `cargo test --release --test cuda_bf16 -- --ignored --test-threads=1`.
+//! `cargo test --release --test cuda_bf16 -- --ignored`.
 
 use nvfp4::backend::cuda::{CudaBackend, DeviceOp};
 use nvfp4::problem::{generate, Problem, Shape};

@@ -1,7 +1,7 @@
 //! GPU tests of the fused dual GEMM (kernels/dual_gemm_sm90.cu on the skeleton kernels/sm90/), and
 //! of binding device-resident operands. They need an NVIDIA Hopper GPU and are `#[ignore]`d:
-//! `cargo test --release --test cuda_dual -- --ignored --test-threads=1` (one thread: some tests
-//! force configurations through `NVFP4_DUAL_SM90`).
+//! `cargo test --release --test cuda_dual -- --ignored` (forced configurations are the
+//! backend's overrides, so the tests run on any number of threads).
 //!
 //! The dual GEMM's generator data does not make f32 sums exact, and the gate uses approximate
 //! exp and reciprocal, so every check is the SPEC tolerance (which also requires the NaN and inf

@@ -1,7 +1,7 @@
 //! GPU tests of the grouped GEMM on the skeleton (kernels/grouped_gemm_sm90.cu), both forms. They
 //! need an NVIDIA Hopper GPU and are `#[ignore]`d: `cargo test --release --test cuda_grouped --
-//! --ignored --test-threads=1` (one thread: some tests force variants through
-//! `NVFP4_GROUPED_SM90`).
+//! --ignored` (forced variants are the backend's
+//! overrides, so the tests run on any number of threads).
 //!
 //! The grouped generator makes every f32 sum exact, so every check is bit-identical to the CPU
 //! reference (SPEC §4). Tiers: the SPEC test groups and ragged random lists in both scale layouts,

@@ -1,7 +1,7 @@
 //! The grouped GEMM's MoE form on the CUDA backend against the CPU reference, bit-identical:
 //! every MoE case of `nvfp4 check grouped-gemm` (both scale layouts, alpha), rows past the last
 //! offset, every expert empty. Needs an NVIDIA GPU: run with
-//! `cargo test --release --test cuda_moe -- --ignored --test-threads=1`.
+//! `cargo test --release --test cuda_moe -- --ignored`.
 //!
 //! Where the backend can prepare a MoE problem, its output is poisoned before each launch (an
 //! unwritten routed row fails); until then each case runs through `Backend::moe_gemm`, whose

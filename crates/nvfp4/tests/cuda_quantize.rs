@@ -1,5 +1,7 @@
-//! The GPU quantizer against the CPU quantizer, bit for bit (values, scales, global scale). All
-//! but the first test need an NVIDIA GPU and are `#[ignore]`d: run them with
+//! The GPU quantizer against the CPU quantizer, bit for bit (values, scales, global scale): the
+//! CPU's model of the GPU rule, `quantize_nan_blocks`, which is `quantize` on finite data and
+//! gives a block holding a NaN or an infinity the E4M3 NaN scale (docs/FORMAT.md §1). All but
+//! the first test need an NVIDIA GPU and are `#[ignore]`d: run them with
 //! `cargo test --release --test cuda_quantize -- --ignored` (or gpu-bin/test-cuda_quantize).
 //!
 //! The kernel decides most e2m1 codes from an approximate quotient and falls back to an exact
@@ -8,14 +10,20 @@
 //! (subnormal ones included) and for structured (power-of-two) and generic global scales; every
 //! bf16 and f16 bit pattern (NaN, infinities, subnormals, -0) against blocks of several amaxes;
 //! zero blocks, saturation and extreme global scales; random data in odd shapes, both layouts,
-//! the three sources of the global scale. Outputs are poisoned before each launch.
+//! the three sources of the global scale; NaN and infinities at edge positions (first and last
+//! element, both sides of a block boundary, one infinity in a tiny tensor), tiny tensors whose
+//! global scale is clamped to 2^-126, a device global scale that is not finite and > 0, and the
+//! opt-in check that refuses them. Outputs are poisoned before each launch.
 
 use half::{bf16, f16};
 
 use nvfp4::backend::cuda::{self, CudaBackend, DenseBytes, DenseType, JobGlobal};
 use nvfp4::bench::quantize::first_difference;
-use nvfp4::format::{e4m3_to_f32, f32_to_e4m3, quantize, GlobalScale, ScaleLayout};
+use nvfp4::format::{
+    e4m3_to_f32, f32_to_e4m3, quantize, quantize_nan_blocks, GlobalScale, Nvfp4Tensor, ScaleLayout, NAN_SCALE,
+};
 use nvfp4::problem::Rng;
+use nvfp4::Error;
 
 mod common;
 use common::gpu;
@@ -37,7 +45,8 @@ fn bytes_of(x: &[f32], dtype: DenseType) -> Vec<u8> {
 }
 
 /// Quantizes `x` (values exactly representable in `dtype`) `[l, rows, k]` on the GPU twice
-/// (poisoned before each launch) and on the CPU, and asserts bit-identical results.
+/// (poisoned before each launch) and on the CPU (the GPU rule's model), asserts bit-identical
+/// results and returns the GPU's.
 #[allow(clippy::too_many_arguments)]
 fn same_as_cpu(
     b: &CudaBackend,
@@ -47,13 +56,13 @@ fn same_as_cpu(
     global: JobGlobal,
     layout: ScaleLayout,
     what: &str,
-) {
+) -> Nvfp4Tensor {
     let [l, rows, k] = shape;
     let cpu_global = match global {
         JobGlobal::Auto => GlobalScale::Auto,
         JobGlobal::Value(g) | JobGlobal::Device(g) => GlobalScale::Fixed(g),
     };
-    let want = quantize(x, l, rows, k, cpu_global).unwrap().into_layout(layout);
+    let want = quantize_nan_blocks(x, l, rows, k, cpu_global).unwrap().into_layout(layout);
     let bytes = bytes_of(x, dtype);
     let mut job = b.prepare_quantize(DenseBytes { dtype, bytes: &bytes, shape }, global, layout).unwrap();
     for launch in 0..2 {
@@ -64,6 +73,7 @@ fn same_as_cpu(
             panic!("{what} ({dtype:?}, {shape:?}, {global:?}, {layout:?}, launch {launch}): {d}");
         }
     }
+    job.output().unwrap()
 }
 
 /// Pads `x` with zeros to whole 16-blocks and returns it with its shape as one row.
@@ -173,7 +183,8 @@ fn every_f16_value() {
     }
 }
 
-/// Zero and negative-zero blocks (scale 0), NaN and infinity inside blocks, saturation (a global
+/// Zero and negative-zero blocks (scale 0), NaN and infinity inside blocks (the NaN scale, and
+/// an amax global scale over the finite elements), saturation (a global
 /// scale too small for the data: scale 448 and codes ±6), scales that round to 0 or to e4m3
 /// subnormals, f32 subnormal inputs, and global scales at the ends of the f32 range.
 #[test]
@@ -247,6 +258,220 @@ fn random_shapes_layouts_and_sources() {
                     same_as_cpu(&b, &x, dtype, shape, global, layout, "random");
                 }
             }
+        }
+    }
+}
+
+/// Elements planted in an input: (index, value).
+type Planted = Vec<(usize, f32)>;
+
+/// `x` with the elements of `bad` planted.
+fn planted(mut x: Vec<f32>, bad: &[(usize, f32)]) -> Vec<f32> {
+    for &(i, v) in bad {
+        x[i] = v;
+    }
+    x
+}
+
+/// Random signed data of `n` elements, exact in `dtype`, times `scale`.
+fn random(rng: &mut Rng, n: usize, dtype: DenseType, scale: f32) -> Vec<f32> {
+    let x = (0..n).map(|_| (2.0 * rng.unit_f32() - 1.0) * 2f32.powi(rng.below(12) as i32 - 6) * scale);
+    match dtype {
+        DenseType::F32 => x.collect(),
+        DenseType::F16 => x.map(|v| f16::from_f32(v).to_f32()).collect(),
+        DenseType::Bf16 => x.map(|v| bf16::from_f32(v).to_f32()).collect(),
+    }
+}
+
+const DTYPES: [DenseType; 3] = [DenseType::F32, DenseType::F16, DenseType::Bf16];
+const LAYOUTS: [ScaleLayout; 2] = [ScaleLayout::Plain, ScaleLayout::Blocked];
+
+/// NaN and infinities at the edges: the first and last elements, both sides of a block boundary,
+/// a row's first element and the second batch, and the case, one infinity in a tiny
+/// tensor (whose other blocks keep their precision: the amax global scale ignores it). Every
+/// dtype, global source and layout; a small shape and one of many tiles (300 x 512: 38 tiles of
+/// 256 blocks, walked backwards after the amax pass). Bit-identical to the model, and the NaN
+/// scales exactly on the blocks planted.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn nan_and_infinities_mark_exactly_their_blocks() {
+    let b = gpu();
+    let mut rng = Rng::new(19);
+    let (nan, inf) = (f32::NAN, f32::INFINITY);
+    for shape in [[2, 3, 48], [1, 300, 512]] {
+        let [l, rows, k] = shape;
+        let n = l * rows * k;
+        let cases: [(&str, Planted, bool); 5] = [
+            ("first element", vec![(0, nan)], false),
+            ("last element", vec![(n - 1, inf)], false),
+            ("a block boundary", vec![(15, -inf), (16, nan)], false),
+            ("a row start and the last batch", vec![(k, inf), (n - k / 2, nan), (n - k / 2 + 1, -inf)], false),
+            ("one infinity in a tiny tensor", vec![(n / 2 + 3, inf)], true),
+        ];
+        for dtype in DTYPES {
+            // Tiny: far below 1 (f16 keeps 2^-12 .. 2^-24 as subnormals; f32 and bf16 go lower).
+            let tiny = if dtype == DenseType::F16 { 2f32.powi(-12) } else { 2f32.powi(-100) };
+            for (what, bad, small) in &cases {
+                let x = planted(random(&mut rng, n, dtype, if *small { tiny } else { 1.0 }), bad);
+                let mut blocks: Vec<usize> = bad.iter().map(|&(i, _)| i / 16).collect();
+                blocks.dedup();
+                for global in [JobGlobal::Auto, JobGlobal::Value(0.37), JobGlobal::Device(0.37)] {
+                    for layout in LAYOUTS {
+                        let what = format!("{what} {shape:?}");
+                        let got =
+                            same_as_cpu(&b, &x, dtype, shape, global, layout, &what).into_layout(ScaleLayout::Plain);
+                        let marked: Vec<usize> = (0..n / 16).filter(|&j| got.scales()[j] == NAN_SCALE).collect();
+                        assert_eq!(marked, blocks, "{what} {dtype:?} {global:?} {layout:?}");
+                        if *small && global == JobGlobal::Auto {
+                            // The global scale comes from the finite elements: no block is crushed to zero.
+                            assert!(got.global_scale() < tiny, "{what} {dtype:?}: global {}", got.global_scale());
+                            let zero = (0..n / 16).filter(|&j| got.scales()[j] == 0).count();
+                            assert_eq!(zero, 0, "{what} {dtype:?}: {zero} blocks with a zero scale");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// amax / 2688 below 2^-126 (0 for f32 1e-44): the global scale is 2^-126 on the device too,
+/// for the amax pass, bit-identical to the CPU quantizer.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn tiny_tensors_get_the_smallest_normal_global_scale() {
+    let b = gpu();
+    let mut pattern = vec![0f32; 32];
+    pattern[..3].copy_from_slice(&[2f32.powi(-130), 2f32.powi(-131), -(2f32.powi(-132))]);
+    pattern[16] = 2f32.powi(-127);
+    let cases = [
+        (DenseType::F32, vec![1e-44; 64]),
+        (DenseType::F32, [pattern.clone(), pattern.clone()].concat()),
+        (DenseType::Bf16, vec![2f32.powi(-133); 64]),
+        (DenseType::Bf16, [pattern.clone(), pattern].concat()),
+    ];
+    for (dtype, x) in cases {
+        assert_eq!(quantize(&x, 1, 2, 32, GlobalScale::Auto).unwrap().global_scale(), f32::MIN_POSITIVE);
+        for layout in LAYOUTS {
+            let got = same_as_cpu(&b, &x, dtype, [1, 2, 32], JobGlobal::Auto, layout, "tiny");
+            assert_eq!(got.global_scale(), f32::MIN_POSITIVE, "{dtype:?} {layout:?}");
+        }
+    }
+}
+
+/// A global scale read from the device that is not finite and > 0 makes the global scale and
+/// every block scale NaN, the values +0 (the host never sees the value without the check); the
+/// checked launch refuses it, naming the value.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn invalid_device_global_scale_marks_every_block() {
+    let b = gpu();
+    let mut rng = Rng::new(23);
+    let (l, rows, k) = (2, 130, 64);
+    let x = random(&mut rng, l * rows * k, DenseType::F32, 1.0);
+    let bytes = bytes_of(&x, DenseType::F32);
+    for g in [0.0, -0.0, -1.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        for layout in LAYOUTS {
+            let input = DenseBytes { dtype: DenseType::F32, bytes: &bytes, shape: [l, rows, k] };
+            let mut job = b.prepare_quantize(input, JobGlobal::Device(g), layout).unwrap();
+            let want = Nvfp4Tensor::new(
+                l,
+                rows,
+                k,
+                vec![0; l * rows * k / 2],
+                vec![NAN_SCALE; l * rows * k / 16],
+                ScaleLayout::Plain,
+            )
+            .unwrap()
+            .into_layout(layout)
+            .with_global_scale(f32::NAN);
+            job.poison().unwrap();
+            job.launch().unwrap();
+            if let Some(d) = first_difference(&job.output().unwrap(), &want) {
+                panic!("device global {g} {layout:?}: {d}");
+            }
+            job.poison().unwrap();
+            let e = job.launch_checked().expect_err("the check refuses it");
+            let msg = format!("invalid argument: the global scale on the device is {g}: it must be finite and > 0");
+            assert_eq!(e.to_string(), msg, "{layout:?}");
+            assert!(first_difference(&job.output().unwrap(), &want).is_none(), "checked {g} {layout:?}");
+        }
+    }
+}
+
+/// The opt-in check: it waits for the stream and names the first NaN or infinity (the smallest
+/// index, wherever the launch met it first: the amax form walks the tiles backwards), as the
+/// CPU quantizer does; the outputs are written as without it; repeated launches re-arm it; finite
+/// data pass; a bad device global scale is named before any element.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn checked_launch_names_the_first_nan_or_infinity() {
+    let b = gpu();
+    let mut rng = Rng::new(29);
+    let shape = [2, 300, 512]; // 19200 blocks: 75 tiles
+    let [l, rows, k] = shape;
+    let n = l * rows * k;
+    let cases: [(Planted, usize, [usize; 3], f32); 3] = [
+        (vec![(200_000, f32::INFINITY), (5_000, f32::NAN), (150_001, f32::NEG_INFINITY)], 5_000, [0, 9, 392], f32::NAN),
+        (vec![(n - 1, f32::NEG_INFINITY)], n - 1, [1, 299, 511], f32::NEG_INFINITY),
+        (vec![(153_600 + 16, f32::INFINITY), (153_600 + 15, f32::INFINITY)], 153_615, [1, 0, 15], f32::INFINITY),
+    ];
+    for dtype in DTYPES {
+        for (bad, index, at, value) in &cases {
+            let x = planted(random(&mut rng, n, dtype, 1.0), bad);
+            let bytes = bytes_of(&x, dtype);
+            for global in [JobGlobal::Auto, JobGlobal::Value(0.37), JobGlobal::Device(0.37)] {
+                let cpu_global = match global {
+                    JobGlobal::Auto => GlobalScale::Auto,
+                    JobGlobal::Value(g) | JobGlobal::Device(g) => GlobalScale::Fixed(g),
+                };
+                // The CPU quantizer names the same element.
+                match quantize(&x, l, rows, k, cpu_global) {
+                    Err(Error::NonFinite { index: i, at: a, .. }) => assert_eq!((i, a), (*index, *at)),
+                    r => panic!("the CPU quantizer: {r:?}"),
+                }
+                let want = quantize_nan_blocks(&x, l, rows, k, cpu_global).unwrap();
+                let mut job =
+                    b.prepare_quantize(DenseBytes { dtype, bytes: &bytes, shape }, global, ScaleLayout::Plain).unwrap();
+                for launch in 0..2 {
+                    job.poison().unwrap();
+                    match job.launch_checked() {
+                        Err(Error::NonFinite { index: i, at: a, value: v }) => {
+                            assert_eq!((i, a), (*index, *at), "{dtype:?} {global:?} launch {launch}");
+                            assert!(v.to_bits() == value.to_bits() || (v.is_nan() && value.is_nan()), "{v}");
+                        }
+                        r => panic!("{dtype:?} {global:?} launch {launch}: {r:?}"),
+                    }
+                    if let Some(d) = first_difference(&job.output().unwrap(), &want) {
+                        panic!("checked {dtype:?} {global:?} launch {launch}: {d}");
+                    }
+                }
+                // An unchecked launch after checked ones is unchanged.
+                job.poison().unwrap();
+                job.launch().unwrap();
+                assert!(first_difference(&job.output().unwrap(), &want).is_none(), "{dtype:?} {global:?}");
+            }
+            // A bad device global scale is named first.
+            let mut job = b
+                .prepare_quantize(
+                    DenseBytes { dtype, bytes: &bytes, shape },
+                    JobGlobal::Device(0.0),
+                    ScaleLayout::Plain,
+                )
+                .unwrap();
+            assert!(matches!(job.launch_checked(), Err(Error::Invalid(_))), "{dtype:?}");
+        }
+        // Finite data pass the check, twice, bit-identical to the CPU quantizer.
+        let x = random(&mut rng, n, dtype, 1.0);
+        let bytes = bytes_of(&x, dtype);
+        let want = quantize(&x, l, rows, k, GlobalScale::Auto).unwrap();
+        let mut job = b
+            .prepare_quantize(DenseBytes { dtype, bytes: &bytes, shape }, JobGlobal::Auto, ScaleLayout::Plain)
+            .unwrap();
+        for _ in 0..2 {
+            job.poison().unwrap();
+            job.launch_checked().unwrap();
+            assert!(first_difference(&job.output().unwrap(), &want).is_none(), "finite {dtype:?}");
         }
     }
 }

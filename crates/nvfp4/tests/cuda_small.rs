@@ -4,7 +4,7 @@
 //! chunk per warp, L > 1, both scale layouts and mixed, alpha, f16 and bf16 outputs; outputs
 //! poisoned first, two launches each), random signed data with NaN scales in tolerance mode, and
 //! the automatic choice on the shape the binding's host-cost script uses. Needs an NVIDIA GPU:
-//! `cargo test --release --test cuda_small -- --ignored --test-threads=1`.
+//! `cargo test --release --test cuda_small -- --ignored`.
 
 use nvfp4::backend::cuda::sm90::Op;
 use nvfp4::backend::cuda::{small, CudaBackend};

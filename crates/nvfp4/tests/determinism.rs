@@ -5,8 +5,8 @@
 //! reference's answer.
 //!
 //! The GPU tests are `#[ignore]`d; run them on a Hopper GPU with
-//! `cargo test --release --test determinism -- --ignored --test-threads=1` (one thread: the
-//! schedule tests set `NVFP4_GEMM_SM90` and `NVFP4_DUAL_SM90`, which every launch reads). About a
+//! `cargo test --release --test determinism -- --ignored` (the forced schedules are the
+//! backend's overrides, so the tests run on any number of threads). About a
 //! minute on an H200, most of it the CPU reference of the benchmark shapes.
 
 use nvfp4::backend::cuda::sm90::Op;

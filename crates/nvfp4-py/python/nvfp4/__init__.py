@@ -237,16 +237,23 @@ def _grouped_moe(operands, offsets, alpha, layout, out, dtype):
     return out
 
 
-def quantize(x, global_scale=None, layout="plain", *, out=None):
+def quantize(x, global_scale=None, layout="plain", *, out=None, check_finite=False):
     """Quantizes f32/f16/bf16 ``x`` ([rows, K] or [L, rows, K]) to NVFP4 in the ModelOpt
     convention: returns (values uint8 [.., K/2], scales float8_e4m3fn (torch) or uint8 (NumPy),
     global_scale float32 [1]). Scales are plain [.., rows, K/16], or with ``layout="blocked"``
     [L, ceil(rows/128), ceil(K/64), 512] (4-D also for a 2-D ``x``: a shape no plain scales
     have, so the operations read them back as blocked). ``global_scale``: None (amax / (6 * 448),
-    computed where x lives), a float, or a one-element float32 tensor on x's device (read by the
-    kernel: graph-safe). The operations take no global scale: pass ``alpha=global_a * global_b``
-    (or ``dequantize``). Bit-identical on the GPU and the CPU. ``out=(values, scales, global)``
-    reuses buffers of those shapes.
+    at least 2**-126, computed where x lives), a float, or a one-element float32 tensor on x's
+    device (read by the kernel: graph-safe). The operations take no global scale: pass
+    ``alpha=global_a * global_b`` (or ``dequantize``). Bit-identical on the GPU and the CPU for
+    finite x. ``out=(values, scales, global)`` reuses buffers of those shapes.
+
+    NaN and infinities have no NVFP4 encoding. On the CPU they raise ValueError naming the first
+    element. On the GPU, where refusing would need a synchronization, a 16-block holding one gets
+    the float8_e4m3fn NaN scale (0x7F) and zero values, so NaN reaches exactly the outputs that use
+    that block; the amax global scale ignores them (and a device ``global_scale`` that is not
+    finite and > 0 makes every scale NaN). ``check_finite=True`` synchronizes after the GPU
+    launch and raises ValueError as the CPU does (not allowed under CUDA graph capture).
     """
     s = _shape(x, "x")
     if len(s) not in (2, 3):
@@ -274,5 +281,5 @@ def quantize(x, global_scale=None, layout="plain", *, out=None):
             raise ValueError(f"out= must be a tuple of 3 tensors (values, scales, global_scale), got {len(out)}")
         values_ret, scales_ret, glob = out
         values, scales = _args(values_ret, scales_ret)
-    _nvfp4.quantize(x, values, scales, glob, global_scale, layout, _stream(x))
+    _nvfp4.quantize(x, values, scales, glob, global_scale, layout, _stream(x), check_finite)
     return values_ret, scales_ret, glob

@@ -15,5 +15,5 @@ pub use layout::{blocked_dims, blocked_offset, blocked_to_plain, plain_to_blocke
 pub use meta::Nvfp4Meta;
 pub use out::{OutTensor, OutputDtype};
 pub use pack::{nibble, pack_nibbles, unpack_nibbles};
-pub use quant::{modelopt_global_scale, quantize, GlobalScale};
+pub use quant::{modelopt_global_scale, quantize, quantize_nan_blocks, GlobalScale, MIN_GLOBAL_SCALE, NAN_SCALE};
 pub use tensor::{F16Tensor, Nvfp4Tensor};

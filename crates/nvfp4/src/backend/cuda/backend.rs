@@ -74,7 +74,8 @@ impl CudaBackend {
     }
 
     /// Enqueues the quantization of `x` into `out` (its layout) and the global scale used into
-    /// `global_out`, on `stream`; `ws` as in [`CudaBackend::bind_with`].
+    /// `global_out`, on `stream`; `ws` as in [`CudaBackend::bind_with`]. A block holding a NaN or
+    /// an infinity gets the E4M3 NaN scale (docs/FORMAT.md §1; no host synchronization).
     pub fn quantize_on(
         &self,
         x: &DenseView,
@@ -84,15 +85,49 @@ impl CudaBackend {
         ws: &mut Option<Workspace>,
         stream: StreamHandle,
     ) -> Result<()> {
+        self.quantize_with(x, out, global, global_out, ws, stream, false)
+    }
+
+    /// [`CudaBackend::quantize_on`], then waits for `stream` and refuses a NaN or an infinity
+    /// in `x` (`Error::NonFinite`, the first) or a device global scale that is not finite and
+    /// positive (`Error::Invalid`); the outputs are written as by `quantize_on` either way.
+    /// Refused while `stream` is being captured into a CUDA graph.
+    pub fn quantize_checked_on(
+        &self,
+        x: &DenseView,
+        out: &Nvfp4View,
+        global: GlobalSource<'_>,
+        global_out: &ScalarView,
+        ws: &mut Option<Workspace>,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        self.quantize_with(x, out, global, global_out, ws, stream, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn quantize_with(
+        &self,
+        x: &DenseView,
+        out: &Nvfp4View,
+        global: GlobalSource<'_>,
+        global_out: &ScalarView,
+        ws: &mut Option<Workspace>,
+        stream: StreamHandle,
+        check: bool,
+    ) -> Result<()> {
         let (amax, quant) = x.dtype.symbols();
         let k = QuantizeKernels {
             amax: self.function(&kernels::quantize::QUANTIZE, amax)?,
             quantize: self.function(&kernels::quantize::QUANTIZE, quant)?,
         };
-        let w = grown(&self.gpu, ws, quantize::needs(global))?;
-        quantize::launch(&self.gpu, &k, x, out, global, global_out, &w, stream)?;
+        let w = grown(&self.gpu, ws, quantize::needs())?;
+        quantize::launch(&self.gpu, &k, x, out, global, global_out, &w, stream, check)?;
         // The workspace outlives these kernels even if a later call replaces it.
-        device_op::note_reads(&self.gpu, stream, &[w.keep()]).map(drop)
+        device_op::note_reads(&self.gpu, stream, &[w.keep()])?;
+        if check {
+            quantize::verify(&self.gpu, x, global, &w, stream)?;
+        }
+        Ok(())
     }
 
     /// The device (for the backend's sibling modules).

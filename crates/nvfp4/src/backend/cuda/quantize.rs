@@ -1,11 +1,14 @@
 //! The GPU quantizer: dense f32/f16/bf16 `[L, rows, K]` in device memory to NVFP4 values, scales
 //! (plain or blocked) and the global scale, on a given stream, bit-identical to
-//! [`format::quantize`](crate::format::quantize) (kernels/quantize.cu says how).
+//! [`format::quantize_nan_blocks`](crate::format::quantize_nan_blocks) (kernels/quantize.cu says
+//! how): a block holding a NaN or an infinity gets the E4M3 NaN scale, since a launch cannot
+//! refuse its input without a host synchronization. The opt-in check ([`verify`]) pays that
+//! synchronization to refuse such input as the CPU quantizer does.
 
 use cudarc::driver::CudaFunction;
 
 use super::device::{Nvfp4View, Workspace, WorkspaceNeeds};
-use super::runtime::{Gpu, LaunchShape, StreamHandle};
+use super::runtime::{Capture, Gpu, LaunchShape, StreamHandle};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
@@ -96,6 +99,7 @@ pub enum GlobalSource<'a> {
     Value(f32),
     /// The f32 at this device address (e.g. a Linear's calibrated `input_scale`), read by the
     /// kernel: no host synchronization, so a captured graph can take a new value each replay.
+    /// A value that is not finite and > 0 makes the global scale and every block scale NaN.
     Device(&'a ScalarView),
 }
 
@@ -141,16 +145,21 @@ fn ctas_per_sm(f: &CudaFunction, dtype: DenseType) -> u32 {
     }
 }
 
-/// Scratch the quantizer needs: the amax word.
-pub(crate) fn needs(global: GlobalSource<'_>) -> WorkspaceNeeds {
-    match global {
-        GlobalSource::Auto => WorkspaceNeeds { bytes: 4, counters: 0 },
-        _ => WorkspaceNeeds::default(),
-    }
+/// Workspace byte of the first-bad word (a u64, 8-byte aligned); the amax word is at 0.
+const CHECK_WORD: usize = 8;
+
+/// Scratch the quantizer needs: the amax word and the first-bad word (which every launch may
+/// write: see [`launch`]).
+pub(crate) fn needs() -> WorkspaceNeeds {
+    WorkspaceNeeds { bytes: CHECK_WORD + 8, counters: 0 }
 }
 
 /// Enqueues the quantization of `x` into `out` (values and scales, in `out.meta.layout`) and
-/// the global scale used into `global_out`, on `stream`.
+/// the global scale used into `global_out`, on `stream`. With `check`, the first-bad word is
+/// armed first, for [`verify`], which must follow; a stream being captured into a CUDA graph is
+/// refused then, before anything is enqueued (the check waits for the stream). Without it the
+/// kernel's writes to that word (a block holding a NaN or an infinity records its first such
+/// element unconditionally, which keeps the test off its hot path) are never read.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch(
     gpu: &Gpu,
@@ -161,6 +170,7 @@ pub(crate) fn launch(
     global_out: &ScalarView,
     ws: &Workspace,
     stream: StreamHandle,
+    check: bool,
 ) -> Result<()> {
     let [l, rows, cols] = x.shape;
     let m = &out.meta;
@@ -180,6 +190,12 @@ pub(crate) fn launch(
         GlobalSource::Device(s) => (2, 0.0, s.addr),
     };
     let amax = if mode == 0 { ws.at(0, 4)? } else { 0 };
+    let first_bad = ws.at(CHECK_WORD, 8)?;
+    if check && gpu.fences().capture(stream)? != Capture::None {
+        return Err(Error::Invalid(
+            "quantize: the finiteness check waits for the stream, which a CUDA graph capture on it forbids".into(),
+        ));
+    }
     let blocked = m.layout == ScaleLayout::Blocked;
     let params = QuantizeParams {
         x: x.addr,
@@ -188,6 +204,7 @@ pub(crate) fn launch(
         global_out: global_out.addr,
         global_in,
         amax,
+        first_bad,
         blocks: blocks as i64,
         rows: rows as i64,
         sf_cols: (cols / 16) as i64,
@@ -204,6 +221,9 @@ pub(crate) fn launch(
     if blocked && m.scale_bytes() != blocks {
         gpu.memset_zero(out.scales, m.scale_bytes(), stream)?; // padding entries are zero
     }
+    if check {
+        gpu.memset_u32(first_bad, u32::MAX, 2, stream)?;
+    }
     if mode == 0 {
         gpu.memset_u32(amax, 0, 1, stream)?;
         // A grid-stride pass: enough CTAs to fill the GPU, none idle on a small input.
@@ -212,4 +232,36 @@ pub(crate) fn launch(
         gpu.launch(stream, &k.amax, LaunchShape::linear(amax_grid, THREADS, 0), &params)?;
     }
     gpu.launch(stream, &k.quantize, LaunchShape::linear(grid, THREADS, 0), &params)
+}
+
+/// After a [`launch`] with `check`: waits for `stream` and refuses what the launch could only
+/// mark: a device global scale that is not finite and > 0 ([`Error::Invalid`]), then the first
+/// NaN or infinity of `x` ([`Error::NonFinite`], as the CPU quantizer names it).
+pub(crate) fn verify(
+    gpu: &Gpu,
+    x: &DenseView,
+    global: GlobalSource<'_>,
+    ws: &Workspace,
+    stream: StreamHandle,
+) -> Result<()> {
+    let word = gpu.read_u32(ws.at(CHECK_WORD, 8)?, 2, stream)?;
+    if let GlobalSource::Device(s) = global {
+        let g = f32::from_bits(gpu.read_u32(s.addr, 1, stream)?[0]);
+        if !(g.is_finite() && g > 0.0) {
+            return Err(Error::Invalid(format!("the global scale on the device is {g}: it must be finite and > 0")));
+        }
+    }
+    let first = u64::from(word[0]) | u64::from(word[1]) << 32;
+    if first == u64::MAX {
+        return Ok(());
+    }
+    let bad_word = || Error::Cuda(format!("quantize check: the device wrote {first:#x}, not an element"));
+    let index = usize::try_from(first / 4).map_err(|_| bad_word())?;
+    let value = match first % 4 {
+        0 => f32::NAN,
+        1 => f32::INFINITY,
+        2 => f32::NEG_INFINITY,
+        _ => return Err(bad_word()),
+    };
+    Err(crate::format::quant::non_finite(index, x.shape, value))
 }

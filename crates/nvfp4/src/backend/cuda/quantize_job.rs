@@ -117,6 +117,16 @@ impl QuantizeJob<'_> {
     /// Enqueues the quantization on the backend's stream (the first launch also sizes the
     /// workspace, which waits for the stream).
     pub fn launch(&mut self) -> Result<()> {
+        self.run(false)
+    }
+
+    /// [`QuantizeJob::launch`] with the opt-in check ([`CudaBackend::quantize_checked_on`]):
+    /// waits for the stream and refuses a NaN or an infinity in the input.
+    pub fn launch_checked(&mut self) -> Result<()> {
+        self.run(true)
+    }
+
+    fn run(&mut self, check: bool) -> Result<()> {
         let source = match (self.global, &self.gin) {
             (JobGlobal::Auto, _) => GlobalSource::Auto,
             (JobGlobal::Value(g), _) => GlobalSource::Value(g),
@@ -124,7 +134,12 @@ impl QuantizeJob<'_> {
             (JobGlobal::Device(_), None) => return Err(Error::Invalid("device global scale not uploaded".into())),
         };
         let stream = self.backend.gpu().stream_handle();
-        self.backend.quantize_on(&self.dense, &self.out, source, &self.gout, &mut self.ws, stream)
+        let (b, ws) = (self.backend, &mut self.ws);
+        if check {
+            b.quantize_checked_on(&self.dense, &self.out, source, &self.gout, ws, stream)
+        } else {
+            b.quantize_on(&self.dense, &self.out, source, &self.gout, ws, stream)
+        }
     }
 
     /// Enqueues a fill of every output byte with 0xFF and of the global scale with NaN, so that

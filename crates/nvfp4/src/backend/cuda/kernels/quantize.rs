@@ -46,6 +46,10 @@ kernel_struct! {
         global_in: u64 => "const float*",
         /// global_mode 0: the amax as u32 bits, zeroed before the amax pass
         amax: u64 => "u32*",
+        /// the smallest 4 * index + kind (0 NaN, 1 +inf, 2 -inf) of an element that is not
+        /// finite, atomicMin'd (set to all ones before the launch, and read after it, only by
+        /// the host's check)
+        first_bad: u64 => "u64*",
         /// 16-blocks: L * rows * K / 16
         blocks: i64 => "i64",
         /// rows per batch

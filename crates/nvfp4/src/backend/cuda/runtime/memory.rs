@@ -9,6 +9,25 @@ use super::stream::StreamHandle;
 use crate::{Error, Result};
 
 impl Gpu {
+    /// The `n` u32 words at device address `addr` once the work enqueued on `stream` before this
+    /// call has run: a copy on `stream`, then a wait for it.
+    pub fn read_u32(&self, addr: u64, n: usize, stream: StreamHandle) -> Result<Vec<u32>> {
+        let mut out = vec![0u32; n];
+        // SAFETY: `addr` holds `n` u32 of device memory of this context (the safe callers pass
+        // workspace and view addresses, which keep it allocated); the copy writes the `n` words
+        // of `out`, which outlives it: the stream is waited for below before `out` is returned,
+        // `out` is leaked if that wait fails, and a copy that failed to enqueue writes nothing.
+        unsafe { dsys::cuMemcpyDtoHAsync_v2(out.as_mut_ptr().cast(), addr, n * 4, stream.0) }
+            .result()
+            .map_err(cuda_err("cuMemcpyDtoHAsync"))?;
+        // SAFETY: waits for `stream`, a live stream of this context.
+        if let Err(e) = unsafe { dsys::cuStreamSynchronize(stream.0) }.result() {
+            std::mem::forget(out); // the copy may still be writing it
+            return Err(cuda_err("synchronizing the stream")(e));
+        }
+        Ok(out)
+    }
+
     /// Free and total device memory in bytes.
     pub fn mem_info(&self) -> Result<(usize, usize)> {
         self.stream().context().mem_get_info().map_err(cuda_err("cuMemGetInfo"))
