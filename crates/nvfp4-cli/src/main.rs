@@ -10,6 +10,7 @@ mod exit;
 mod gen;
 mod kernels;
 mod quantize;
+mod route;
 mod run;
 mod ui;
 
@@ -37,6 +38,8 @@ enum Command {
     Bench(bench::Args),
     /// Quantize the 2-D f32/f16/bf16 tensors of a safetensors file to NVFP4 (ModelOpt names).
     Quantize(quantize::Args),
+    /// Print which kernel family runs each shape, with which plan, and why (no GPU needed).
+    Route(route::Args),
     /// Compile every kernel with NVRTC and print registers and spills (needs NVRTC, not a GPU).
     ///
     /// NVRTC is the CUDA runtime compiler library, libnvrtc.so (CUDA 13). It comes with a CUDA
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
         Command::Check(a) => ("check", check::main(a)),
         Command::Bench(a) => ("bench", bench::main(a)),
         Command::Quantize(a) => ("quantize", quantize::main(a)),
+        Command::Route(a) => ("route", route::main(a)),
         Command::Kernels(a) => ("kernels", kernels::main(a)),
     };
     console::finish(result.unwrap_or_else(|failure| exit::report::<Cli>(name, failure)))

@@ -5,12 +5,13 @@
 //! change them between replays); on the CPU they are checked and run on the exact reference.
 
 use nvfp4::backend::cuda::{DeviceOp, I32View};
+use nvfp4::ops::Op;
 use nvfp4::{Backend, CpuBackend, MoeGemm};
 use pyo3::prelude::*;
 
 use crate::error::{value, IntoPy, PyResult};
 use crate::operand::{check_out, out_dtype, out_view};
-use crate::ops::{check_alpha, key, launch, Call};
+use crate::ops::{check_alpha, key, launch, validate, Call};
 use crate::tensor::{Device, Dtype};
 
 /// The bound-op cache's name of this operation (the others are 1 to 3, in `ops`).
@@ -52,9 +53,6 @@ pub fn grouped_gemm_moe(
             b.values.shape
         )));
     }
-    if a.meta.k != b.meta.k {
-        return Err(value(format!("moe gemm: reduction lengths differ (K = {} vs {})", a.meta.k, b.meta.k)));
-    }
     let (t, n, e) = (a.meta.rows, b.meta.rows, b.meta.l);
     if offsets.dtype != Dtype::I32 {
         return Err(value(format!("offsets: must be int32, got {}", offsets.dtype)));
@@ -65,6 +63,7 @@ pub fn grouped_gemm_moe(
             offsets.shape
         )));
     }
+    validate(Op::MoeGemm { a: a.meta, b: b.meta, offsets: e, alpha, c: None })?;
     let shape = [1, t, n];
     check_out(&out, shape, a.flat)?;
     match call.device() {

@@ -3,6 +3,7 @@
 //! (zero-copy views, bound and launched on the caller's stream, nothing allocated).
 
 use nvfp4::backend::cuda::{DeviceOp, F16View, GemmViews, Nvfp4View};
+use nvfp4::ops::{Group, Op, OpMeta};
 use nvfp4::{Backend, CpuBackend, DualGemm, Gemm, Gemv, OutputDtype, ScaleLayout};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
@@ -58,16 +59,10 @@ pub(crate) fn check_alpha(alpha: Option<f64>) -> PyResult<Option<f32>> {
     alpha.map(narrow).transpose()
 }
 
-/// A and B agree on L and K.
-fn check_pair(what: &str, a: &Operand, b: &Operand) -> PyResult<()> {
-    let (x, y) = (&a.meta, &b.meta);
-    if x.l != y.l {
-        return Err(value(format!("{what}: batch counts differ (L = {} vs {})", x.l, y.l)));
-    }
-    if x.k != y.k {
-        return Err(value(format!("{what}: reduction lengths differ (K = {} vs {})", x.k, y.k)));
-    }
-    Ok(())
+/// The operation's rules on its operands' metadata: the library's one [`Op::validate`], which
+/// the Rust API and the CLI call too (the outputs' forms are the binding's own: `check_out`).
+pub(crate) fn validate(op: OpMeta) -> PyResult<()> {
+    op.validate().py()
 }
 
 /// The bound-op cache's name of the grouped GEMM's list form (the MoE form is 4, in `moe`).
@@ -152,16 +147,17 @@ fn gemm_shaped(
     layout: Option<&str>,
     stream: Option<u64>,
 ) -> PyResult<()> {
-    let what = if gemv { "gemv" } else { "gemm" };
     let mut call = Call::new(stream, layout)?;
     let a = call.operand(a, sfa, "a", "sfa")?;
     let b = call.operand(b, sfb, "b", "sfb")?;
     let out = call.tensor(out, "out")?;
     let alpha = check_alpha(alpha)?;
-    check_pair(what, &a, &b)?;
-    if gemv && b.meta.rows != 1 {
-        return Err(value(format!("gemv: b must have one row per batch, has {}", b.meta.rows)));
-    }
+    validate(if gemv {
+        Op::Gemv { a: a.meta, b: b.meta, alpha, c: None }
+    } else {
+        Op::Gemm { a: a.meta, b: b.meta, alpha, c: None }
+    })?;
+    // The GEMV kernel reads both operands in one scale layout: refused on both devices alike.
     if gemv && a.meta.layout != b.meta.layout {
         return Err(value("gemv: a and b must share one scale layout"));
     }
@@ -215,11 +211,7 @@ pub fn dual_gemm(
     let b2 = call.operand(b2, sfb2, "b2", "sfb2")?;
     let out = call.tensor(out, "out")?;
     let alpha = check_alpha(alpha)?;
-    check_pair("dual gemm (a, b1)", &a, &b1)?;
-    check_pair("dual gemm (a, b2)", &a, &b2)?;
-    if b1.meta.rows != b2.meta.rows {
-        return Err(value(format!("dual gemm: b1 has N = {}, b2 has N = {}", b1.meta.rows, b2.meta.rows)));
-    }
+    validate(Op::DualGemm { a: a.meta, b1: b1.meta, b2: b2.meta, alpha, c: None })?;
     let shape = [a.meta.l, a.meta.rows, b1.meta.rows];
     check_out(&out, shape, a.flat && b1.flat && b2.flat)?;
     match call.device() {
@@ -282,14 +274,13 @@ pub fn grouped_gemm(
         let a = call.operand(&t.0, &t.1, &format!("groups[{i}].a"), &format!("groups[{i}].sfa"))?;
         let b = call.operand(&t.2, &t.3, &format!("groups[{i}].b"), &format!("groups[{i}].sfb"))?;
         let out = call.tensor(&outs.get_item(i)?, &format!("outs[{i}]"))?;
-        check_pair(&format!("grouped gemm, group {i}"), &a, &b)?;
-        if a.meta.l != 1 {
-            return Err(value(format!("grouped gemm: group {i} has L = {}, groups must have L = 1", a.meta.l)));
-        }
         let shape = [1, a.meta.rows, b.meta.rows];
         check_out(&out, shape, a.flat && b.flat)?;
         ops.push((a, b, out, shape));
     }
+    validate(Op::GroupedGemm(
+        ops.iter().zip(&alphas).map(|((a, b, _, _), &alpha)| Group { a: a.meta, b: b.meta, alpha, c: None }).collect(),
+    ))?;
     match call.device() {
         Device::Cpu => {
             // Each group as a GEMM (the CPU reference has no launch to share), in its output's

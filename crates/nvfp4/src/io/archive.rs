@@ -17,6 +17,7 @@ use safetensors::tensor::{Metadata, SafeTensorError};
 use safetensors::{Dtype, View};
 
 use super::atomic::write_atomically;
+use super::io_error::io_err;
 use crate::memory::{ensure_host, try_zeroed};
 use crate::{Error, Result};
 
@@ -35,10 +36,6 @@ pub(crate) fn tensor_err(name: &str, msg: impl Into<String>) -> Error {
 
 pub(crate) fn file_err(path: &Path, msg: impl Into<String>) -> Error {
     Error::File { path: path.to_path_buf(), msg: msg.into() }
-}
-
-pub(crate) fn io_err(path: &Path, source: std::io::Error) -> Error {
-    Error::Io { path: path.to_path_buf(), source }
 }
 
 /// One dimension of an expected shape: a number, or a named size that any value >= 1 matches.

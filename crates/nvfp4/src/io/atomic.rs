@@ -14,8 +14,8 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::archive::io_err;
 use super::destination::{destination, folder_of, Destination};
+use super::io_error::io_err;
 use crate::Result;
 
 /// Tries at a free temporary name before giving up.

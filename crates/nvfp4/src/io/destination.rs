@@ -8,7 +8,7 @@ use std::fs::{self, Metadata};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use super::archive::io_err;
+use super::io_error::io_err;
 use crate::{Error, Result};
 
 /// Symbolic links followed before giving up on a chain (the limit Linux itself uses).

@@ -18,6 +18,7 @@ mod archive;
 pub mod atomic;
 pub mod case;
 mod destination;
+mod io_error;
 mod names;
 pub mod output;
 pub mod quantize;

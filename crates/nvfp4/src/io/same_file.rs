@@ -4,7 +4,7 @@
 use std::path::Path;
 
 #[cfg(not(unix))]
-use super::archive::io_err;
+use super::io_error::io_err;
 use crate::{Error, Result};
 
 /// True when `output` exists and is the same file as `input`: the same device and inode on Unix,

@@ -1,0 +1,56 @@
+//! `nvfp4 route`: the router's answer printed without a GPU: every catalogue shape gets a family
+//! and its plan, the declines say why, the overrides steer it as they steer a run, and a shape
+//! no kernel takes is refused with the rules (exit 1).
+
+mod common;
+
+use std::process::Command;
+
+use common::{assert_exit, stdout, Scratch};
+
+fn route(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let dir = Scratch::new("route");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_nvfp4"));
+    c.arg("route").args(args).current_dir(&dir.0);
+    for var in ["NVFP4_GEMM_SM90", "NVFP4_DUAL_SM90", "NVFP4_GROUPED_SM90"] {
+        c.env_remove(var);
+    }
+    c.envs(env.iter().copied()).output().expect("run the nvfp4 binary")
+}
+
+#[test]
+fn every_benchmark_shape_names_its_family_and_plan() {
+    let o = route(&["--shapes", "bench"], &[]);
+    assert_exit(&o, 0);
+    let text = stdout(&o);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3 + 3 + 4 + 4, "{text}");
+    for (prefix, family, symbol) in [
+        ("gemv ", "gemv", "gemv_nvfp4_sm90_"),
+        ("gemm ", "sm90", "gemm_nvfp4_sm90_ws_"),
+        ("dual-gemm ", "sm90", "dual_gemm_nvfp4_sm90_ws_"),
+        ("grouped-gemm ", "grouped", "grouped_gemm_nvfp4_sm90_ws_"),
+    ] {
+        for l in lines.iter().filter(|l| l.starts_with(prefix)) {
+            assert!(l.contains(&format!(": {family}: {symbol}")), "{l}");
+        }
+    }
+}
+
+#[test]
+fn overrides_and_refusals_are_printed_with_their_rule() {
+    let o = route(&["gemm", "--shape", "128x256x256"], &[]);
+    assert_exit(&o, 0);
+    assert!(stdout(&o).contains(": small: gemm_nvfp4_small"), "{}", stdout(&o));
+    let o = route(&["gemm", "--shape", "128x256x256"], &[("NVFP4_GEMM_SM90", "off")]);
+    assert_exit(&o, 0);
+    let text = stdout(&o);
+    assert!(text.contains(": fallback: ") && text.contains("[not sm90: disabled by NVFP4_GEMM_SM90=off]"), "{text}");
+    let o = route(&["grouped-gemm", "--shape", "moe:40,0,76/384/48"], &[]);
+    assert_exit(&o, 1);
+    let text = stdout(&o);
+    assert!(
+        text.contains("refused") && text.contains("K = 48") && text.contains("offsets are on the device"),
+        "{text}"
+    );
+}
