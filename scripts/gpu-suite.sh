@@ -14,7 +14,7 @@
 #   graph      nvfp4 bench --mode graph --json $OUT/bench-graph.json (SPEC §7 graph protocol)
 #   large      nvfp4 bench gemm --shapes large --json $OUT/bench-large.json
 #   sanitizer  compute-sanitizer memcheck (small GEMV/grouped cases, the GEMM, dual GEMM and grouped
-#              GEMM small sweeps), racecheck (SPEC GEMV shapes incl. split-K; a small GEMM and dual
+#              GEMM small sweeps, every operation bound inside a capture on a side stream), racecheck (SPEC GEMV shapes incl. split-K; a small GEMM and dual
 #              case on split-K, stream-K and pairs; the grouped sweep with empty experts) and
 #              synccheck (SPEC GEMV shapes)
 set -uo pipefail
@@ -168,6 +168,10 @@ if has_step sanitizer; then
         "$BIN/test-cuda_dual" --ignored --test-threads=1 dual_sm90_sanitizer_sweep
       run_step "racecheck (dual GEMM small case)" "$log" compute-sanitizer --tool racecheck --error-exitcode 1 \
         "$BIN/test-cuda_dual" --ignored --test-threads=1 dual_sm90_racecheck_case
+    fi
+    if [[ -x "$BIN/test-cuda_streams" ]]; then
+      run_step "memcheck (calls bound in a capture on a side stream)" "$log" compute-sanitizer --tool memcheck \
+        --error-exitcode 1 "$BIN/test-cuda_streams" --ignored --test-threads=1 calls_bound_inside_a_capture
     fi
     if [[ -x "$BIN/test-cuda_grouped" ]]; then
       run_step "memcheck (grouped GEMM small sweep)" "$log" compute-sanitizer --tool memcheck --error-exitcode 1 \

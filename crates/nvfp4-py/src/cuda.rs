@@ -1,7 +1,8 @@
 //! The CUDA side of the binding: one backend per device (its primary context, the one PyTorch
-//! uses), opened on first use, and per (device, stream) a workspace that launches reuse. A
-//! workspace that had to grow is retired, not freed: a captured CUDA graph may still hold its
-//! address, so every workspace lives as long as the process. Each stream also keeps the last
+//! uses), opened on first use, and per (device, stream) a workspace that launches reuse. Every
+//! workspace is kept for the life of the process (`Workspace::keep_for_process`), one that had to
+//! grow too: a captured CUDA graph may still hold its address; and then launches need not note
+//! which stream read it. Each stream also keeps the last
 //! operations it bound, by everything their parameters hold (addresses, shapes, layouts,
 //! alpha): a call with the same tensors launches again without planning and binding. When that
 //! cache is cleared, an operation dropped frees its own memory (descriptor tables) only after
@@ -24,7 +25,6 @@ struct DeviceState {
 #[derive(Default)]
 struct Pool {
     current: Option<Workspace>,
-    retired: Vec<Workspace>,
     bound: HashMap<Vec<u64>, BoundOp>,
     /// Operations evicted from `bound` that a CUDA graph captured.
     captured: Vec<BoundOp>,
@@ -58,16 +58,11 @@ pub fn with_device<R>(
     let _scope = st.backend.enter().py()?;
     let mut pools = st.pools.lock().unwrap_or_else(|e| e.into_inner());
     let pool = pools.entry(stream).or_default();
-    let before = pool.current.clone();
     // SAFETY: `stream` is the caller framework's current stream of device `ordinal`, read by the
     // Python layer for this call (0: the legacy default stream), alive while this call enqueues.
     let handle = unsafe { StreamHandle::from_raw(stream) };
     let r = f(&st.backend, &mut pool.current, handle);
-    if let Some(old) = before {
-        if pool.current.as_ref().map(Workspace::size) != Some(old.size()) {
-            pool.retired.push(old);
-        }
-    }
+    pool.current.iter().for_each(Workspace::keep_for_process);
     r.py()
 }
 
@@ -97,13 +92,9 @@ pub fn launch_cached(
     if let Some(op) = pool.bound.get(&key) {
         return if enabled { op.launch_on(handle).py() } else { Ok(()) };
     }
-    let before = pool.current.clone();
-    let op = bind(&st.backend, &mut pool.current).py()?;
-    if let Some(old) = before {
-        if pool.current.as_ref().map(Workspace::size) != Some(old.size()) {
-            pool.retired.push(old);
-        }
-    }
+    let op = bind(&st.backend, &mut pool.current);
+    pool.current.iter().for_each(Workspace::keep_for_process);
+    let op = op.py()?;
     if enabled {
         op.launch_on(handle).py()?;
     }

@@ -6,6 +6,7 @@
 //! data goes to the device.
 
 use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::CudaSlice;
@@ -26,12 +27,24 @@ pub(crate) struct Owned<B> {
     buffers: B,
     read_on: Mutex<Vec<u64>>,
     fences: Arc<StreamFences>,
+    /// Kept for the life of the process ([`Owned::keep_for_process`]): never freed, so its
+    /// readers need not be noted.
+    for_process: AtomicBool,
 }
 
 impl<B: Send + Sync + 'static> Owned<B> {
     /// `buffers`, allocated by `gpu` (on its stream), as shared owned memory.
     pub(crate) fn new(gpu: &Gpu, buffers: B) -> Arc<Self> {
-        Arc::new(Self { buffers, read_on: Mutex::new(Vec::new()), fences: gpu.fences().clone() })
+        let fences = gpu.fences().clone();
+        Arc::new(Self { buffers, read_on: Mutex::new(Vec::new()), fences, for_process: AtomicBool::new(false) })
+    }
+
+    /// Never frees the buffers (one reference is leaked, once): for memory a caller keeps anyway
+    /// until the process ends, whose launches then skip the bookkeeping of their streams.
+    pub(crate) fn keep_for_process(self: &Arc<Self>) {
+        if !self.for_process.swap(true, Ordering::Relaxed) {
+            std::mem::forget(self.clone());
+        }
     }
 }
 
@@ -56,9 +69,14 @@ impl<B> Drop for Owned<B> {
 pub(crate) trait Read: Send + Sync {
     /// A launch on `stream` (not the backend's own, not capturing) read this memory.
     fn read_on(&self, stream: StreamHandle);
+    /// True when it is never freed: nothing to note.
+    fn for_process(&self) -> bool;
 }
 
 impl<B: Send + Sync> Read for Owned<B> {
+    fn for_process(&self) -> bool {
+        self.for_process.load(Ordering::Relaxed)
+    }
     fn read_on(&self, stream: StreamHandle) {
         let mut streams = self.read_on.lock().unwrap_or_else(|e| e.into_inner());
         if !streams.contains(&stream.as_raw()) {
@@ -390,6 +408,12 @@ impl Workspace {
     /// What keeps it alive.
     pub(crate) fn keep(&self) -> Keep {
         self.buffers.clone()
+    }
+    /// Keeps it allocated until the process ends, whatever is dropped: for a caller that would
+    /// keep it anyway (a framework binding whose CUDA graphs may hold its address), so that the
+    /// launches reading it skip noting their streams.
+    pub fn keep_for_process(&self) {
+        self.buffers.keep_for_process();
     }
 }
 

@@ -78,15 +78,17 @@ impl BoundOp {
 /// Notes that the kernels just enqueued on `stream` read `keeps`, so that their memory is freed
 /// after those kernels ([`Owned`](super::device::Owned)); returns whether `stream` is capturing.
 /// Nothing to note on the backend's own stream, whose order every free follows.
+/// Memory kept for the process needs no note (a binding's workspaces: the common case costs no
+/// driver call).
 pub(super) fn note_reads(gpu: &Gpu, stream: StreamHandle, keeps: &[Keep]) -> Result<Capture> {
     let fences = gpu.fences();
-    if keeps.is_empty() || fences.is_own(stream) {
+    if keeps.iter().all(|k| k.for_process()) || fences.is_own(stream) {
         return Ok(Capture::None);
     }
     let capture = fences.capture(stream)?;
     if capture == Capture::None {
         fences.record(stream)?;
-        for k in keeps {
+        for k in keeps.iter().filter(|k| !k.for_process()) {
             k.read_on(stream);
         }
     }
