@@ -96,6 +96,9 @@ impl Read for KeepBoth {
         self.0.read_on(stream);
         self.1.read_on(stream);
     }
+    fn for_process(&self) -> bool {
+        self.0.for_process() && self.1.for_process()
+    }
 }
 
 /// An NVFP4 tensor in device memory: values `[L, rows, K/2]` u8 and scales (plain or blocked).
