@@ -8,8 +8,10 @@ use std::process::Command;
 
 use common::{assert_exit, stdout, Scratch};
 
-fn route(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    let dir = Scratch::new("route");
+/// `nvfp4 route ARGS` with `env` (and no override the caller's environment may hold), in a
+/// scratch folder of its own (`test`: tests run at once).
+fn route(test: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let dir = Scratch::new(test);
     let mut c = Command::new(env!("CARGO_BIN_EXE_nvfp4"));
     c.arg("route").args(args).current_dir(&dir.0);
     for var in ["NVFP4_GEMM_SM90", "NVFP4_DUAL_SM90", "NVFP4_GROUPED_SM90"] {
@@ -20,7 +22,7 @@ fn route(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
 
 #[test]
 fn every_benchmark_shape_names_its_family_and_plan() {
-    let o = route(&["--shapes", "bench"], &[]);
+    let o = route("route-bench", &["--shapes", "bench"], &[]);
     assert_exit(&o, 0);
     let text = stdout(&o);
     let lines: Vec<&str> = text.lines().collect();
@@ -39,14 +41,14 @@ fn every_benchmark_shape_names_its_family_and_plan() {
 
 #[test]
 fn overrides_and_refusals_are_printed_with_their_rule() {
-    let o = route(&["gemm", "--shape", "128x256x256"], &[]);
+    let o = route("route-small", &["gemm", "--shape", "128x256x256"], &[]);
     assert_exit(&o, 0);
     assert!(stdout(&o).contains(": small: gemm_nvfp4_small"), "{}", stdout(&o));
-    let o = route(&["gemm", "--shape", "128x256x256"], &[("NVFP4_GEMM_SM90", "off")]);
+    let o = route("route-off", &["gemm", "--shape", "128x256x256"], &[("NVFP4_GEMM_SM90", "off")]);
     assert_exit(&o, 0);
     let text = stdout(&o);
     assert!(text.contains(": fallback: ") && text.contains("[not sm90: disabled by NVFP4_GEMM_SM90=off]"), "{text}");
-    let o = route(&["grouped-gemm", "--shape", "moe:40,0,76/384/48"], &[]);
+    let o = route("route-moe", &["grouped-gemm", "--shape", "moe:40,0,76/384/48"], &[]);
     assert_exit(&o, 1);
     let text = stdout(&o);
     assert!(
