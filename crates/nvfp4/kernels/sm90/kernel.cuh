@@ -103,7 +103,9 @@ NVFP4_DEVICE void run(const typename S::Params& p) {
 }  // namespace sm90
 
 // One kernel symbol per variant: OP_nvfp4_sm90_ws_m{BM}n{BN}, instantiating run<> with the
-// operation's PARTS, scheduler and epilogue.
+// operation's PARTS, scheduler and epilogue. An operation's file wraps it in a macro of (BM, BN)
+// and expands that over the variant list, NVFP4_SM90_VARIANTS (generated.cuh), whose order is
+// the registry's symbol order.
 #define NVFP4_SM90_KERNEL(OP, PARTS, SCHED, EPI, BM, BN)                                           \
   extern "C" __global__ void __launch_bounds__(sm90::THREADS, 1)                                   \
       OP##_nvfp4_sm90_ws_m##BM##n##BN(const __grid_constant__ SCHED::Params p) {                   \

@@ -100,15 +100,22 @@ pub struct Variant {
     pub bn: usize,
 }
 
-/// The variants every skeleton module instantiates, in symbol order.
-pub const VARIANTS: [Variant; 6] = [
-    Variant { bm: 256, bn: 16 },
-    Variant { bm: 256, bn: 32 },
-    Variant { bm: 256, bn: 64 },
-    Variant { bm: 256, bn: 128 },
-    Variant { bm: 128, bn: 128 },
-    Variant { bm: 128, bn: 256 },
-];
+/// Writes the variant list once: `VARIANTS`, and each skeleton module's kernel symbols
+/// `OP_nvfp4_sm90_ws_m{BM}n{BN}` in the same order (the CUDA side stamps its kernels out of the
+/// same list: `NVFP4_SM90_VARIANTS` in generated.cuh, written from `VARIANTS` by [`cuda_sizes`]).
+macro_rules! variants {
+    ($(($bm:literal, $bn:literal)),+ $(,)?) => {
+        /// The variants every skeleton module instantiates, in symbol order.
+        pub const VARIANTS: [Variant; [$($bm),+].len()] = [$(Variant { bm: $bm, bn: $bn }),+];
+        const GEMM_SYMBOLS: [&str; VARIANTS.len()] = [$(concat!("gemm_nvfp4_sm90_ws_m", $bm, "n", $bn)),+];
+        const DUAL_SYMBOLS: [&str; VARIANTS.len()] = [$(concat!("dual_gemm_nvfp4_sm90_ws_m", $bm, "n", $bn)),+];
+        /// The grouped module also holds its pre-pass, after the variants.
+        const GROUPED_SYMBOLS: [&str; VARIANTS.len() + 1] =
+            [$(concat!("grouped_gemm_nvfp4_sm90_ws_m", $bm, "n", $bn),)+ PREPARE_SYMBOL];
+    };
+}
+
+variants![(256, 16), (256, 32), (256, 64), (256, 128), (128, 128), (128, 256)];
 
 /// The shared-memory carve-up of one variant of one operation (mirrored by `Layout<PARTS, BM,
 /// BN>` in generated.cuh, which sm90/config.cuh checks): the X ring from offset 0, the W ring, the
@@ -215,28 +222,14 @@ kernel_struct! {
 pub static GEMM_SM90: KernelModule = KernelModule {
     file: "gemm_sm90.cu",
     source: include_str!("../../../../kernels/gemm_sm90.cu"),
-    symbols: &[
-        "gemm_nvfp4_sm90_ws_m256n16",
-        "gemm_nvfp4_sm90_ws_m256n32",
-        "gemm_nvfp4_sm90_ws_m256n64",
-        "gemm_nvfp4_sm90_ws_m256n128",
-        "gemm_nvfp4_sm90_ws_m128n128",
-        "gemm_nvfp4_sm90_ws_m128n256",
-    ],
+    symbols: &GEMM_SYMBOLS,
 };
 
 /// The fused dual GEMM on the skeleton.
 pub static DUAL_SM90: KernelModule = KernelModule {
     file: "dual_gemm_sm90.cu",
     source: include_str!("../../../../kernels/dual_gemm_sm90.cu"),
-    symbols: &[
-        "dual_gemm_nvfp4_sm90_ws_m256n16",
-        "dual_gemm_nvfp4_sm90_ws_m256n32",
-        "dual_gemm_nvfp4_sm90_ws_m256n64",
-        "dual_gemm_nvfp4_sm90_ws_m256n128",
-        "dual_gemm_nvfp4_sm90_ws_m128n128",
-        "dual_gemm_nvfp4_sm90_ws_m128n256",
-    ],
+    symbols: &DUAL_SYMBOLS,
 };
 
 /// The grouped GEMM on the skeleton: its pre-pass (every group's X decoded, the work table built)
@@ -244,15 +237,7 @@ pub static DUAL_SM90: KernelModule = KernelModule {
 pub static GROUPED_SM90: KernelModule = KernelModule {
     file: "grouped_gemm_sm90.cu",
     source: include_str!("../../../../kernels/grouped_gemm_sm90.cu"),
-    symbols: &[
-        "grouped_gemm_nvfp4_sm90_ws_m256n16",
-        "grouped_gemm_nvfp4_sm90_ws_m256n32",
-        "grouped_gemm_nvfp4_sm90_ws_m256n64",
-        "grouped_gemm_nvfp4_sm90_ws_m256n128",
-        "grouped_gemm_nvfp4_sm90_ws_m128n128",
-        "grouped_gemm_nvfp4_sm90_ws_m128n256",
-        PREPARE_SYMBOL,
-    ],
+    symbols: &GROUPED_SYMBOLS,
 };
 
 /// The grouped pre-pass kernel.
@@ -369,7 +354,8 @@ kernel_struct! {
     }
 }
 
-/// The `namespace sm90` part of generated.cuh: constants and every variant's `Layout`.
+/// The `namespace sm90` part of generated.cuh: constants and every variant's `Layout`; then the
+/// variant list as an X-macro.
 pub fn cuda_sizes() -> String {
     let mut s = String::from("namespace sm90 {\n");
     let consts: [(&str, i64); 18] = [
@@ -417,7 +403,14 @@ pub fn cuda_sizes() -> String {
             );
         }
     }
-    s += "}  // namespace sm90\n";
+    s += "}  // namespace sm90\n\n";
+    s += "// The tile variants in symbol order (backend/cuda/kernels/sm90.rs, VARIANTS): each skeleton module\n\
+          // expands NVFP4_SM90_VARIANTS(X) once, X(BM, BN) stamping out its kernel of that tile.\n\
+          #define NVFP4_SM90_VARIANTS(X)";
+    for v in VARIANTS {
+        let _ = write!(s, " X({}, {})", v.bm, v.bn);
+    }
+    s += "\n";
     s
 }
 
@@ -427,7 +420,7 @@ mod tests {
 
     #[test]
     fn layouts_fit_and_symbols_line_up() {
-        for op in [Op::Gemm, Op::Dual] {
+        for op in [Op::Gemm, Op::Dual, Op::Grouped] {
             for v in VARIANTS {
                 let l = v.layout(op);
                 assert!(l.smem_bytes <= SMEM_CAP, "{op:?} {v:?}: {l:?}");
@@ -435,6 +428,7 @@ mod tests {
                 assert_eq!(v.symbol(op), format!("{}_nvfp4_sm90_ws_m{}n{}", op.name(), v.bm, v.bn));
             }
         }
+        assert_eq!(GROUPED_SM90.symbols.last(), Some(&PREPARE_SYMBOL));
         // GEMM m256n128: 4 W stages of 36 KB next to 5 X stages of 16 KB.
         let l = Variant { bm: 256, bn: 128 }.layout(Op::Gemm);
         assert_eq!((l.raw_stages, l.x_stages, l.sw_bytes), (4, 5, 4096));
