@@ -78,7 +78,8 @@ const STATIC_HEADERS: [(&str, &str); 15] = [
 pub const GENERATED: &str = "generated.cuh";
 
 /// `generated.cuh`: the integer types come from ptx.cuh; then the tensor-map type, every kernel
-/// struct (from its `kernel_struct!` field list, with layout asserts) and the sm90 sizes.
+/// struct (from its `kernel_struct!` field list, with layout asserts) and each kernel family's
+/// sizes (sm90, quant, mma, small, gemv).
 pub fn generated_header() -> &'static str {
     static TEXT: OnceLock<String> = OnceLock::new();
     TEXT.get_or_init(|| {
@@ -115,6 +116,7 @@ pub fn generated_header() -> &'static str {
         s += &quantize::cuda_sizes();
         s += &fallback::cuda_sizes();
         s += &small::cuda_sizes();
+        s += &gemv::cuda_sizes();
         s
     })
 }
