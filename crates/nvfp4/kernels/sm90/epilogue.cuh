@@ -3,8 +3,9 @@
 //   SwiGLU     c = f16(silu(x1) * x2) with x1, x2 the two parts' products in f32 (SPEC §3.3;
 //              silu is output.cuh's, shared with the fallback)
 // (bf16 instead of f16 when the problem's out_bf16 says so: sm90/store.cuh's conversions.)
-// A policy provides `store(problem, unit, consumer, smem, staged)`; `staged`: the CTA's shared
-// memory is idle (its last unit, no cluster peer) and may stage the tile.
+// A policy provides `store(epi, unit, consumer, smem, staged)`, `epi` the problem's epilogue part
+// (its output and scaling); `staged`: the CTA's shared memory is idle (its last unit, no cluster
+// peer) and may stage the tile.
 #pragma once
 
 #include "sm90/fixup.cuh"
@@ -14,7 +15,7 @@ namespace sm90 {
 
 struct StoreF16 {
   template <class C>
-  NVFP4_DEVICE static void store(const Sm90Problem& pr, const Unit& un, Consumer<C>& cs, const Smem<C>& sm,
+  NVFP4_DEVICE static void store(const Sm90EpilogueArgs& pr, const Unit& un, Consumer<C>& cs, const Smem<C>& sm,
                                  bool staged) {
     static_assert(C::PARTS == 1, "one product per output element");
     const auto val = [&](int mt, int i) { return cs.acc[mt][i]; };
@@ -27,7 +28,7 @@ struct StoreF16 {
 
 struct SwiGLU {
   template <class C>
-  NVFP4_DEVICE static void store(const Sm90Problem& pr, const Unit& un, Consumer<C>& cs, const Smem<C>& sm,
+  NVFP4_DEVICE static void store(const Sm90EpilogueArgs& pr, const Unit& un, Consumer<C>& cs, const Smem<C>& sm,
                                  bool staged) {
     static_assert(C::PARTS == 2, "x1 and x2 of one element in one thread");
     const float a1 = pr.alpha_f32[0], a2 = pr.alpha_f32[1];

@@ -96,6 +96,8 @@ pub fn generated_header() -> &'static str {
             fallback::MmaParams::cuda_decl(),
             small::SmallParams::cuda_decl(),
             sm90::XDecodeParams::cuda_decl(),
+            sm90::Sm90MainloopArgs::cuda_decl(),
+            sm90::Sm90EpilogueArgs::cuda_decl(),
             sm90::Sm90Problem::cuda_decl(),
             sm90::Sm90Schedule::cuda_decl(),
             sm90::Sm90Params::cuda_decl(),
@@ -190,7 +192,8 @@ mod tests {
         let h = generated_header();
         for needle in [
             "struct Sm90Params {",
-            "static_assert(sizeof(Sm90Problem) == 896",
+            "static_assert(sizeof(Sm90Problem) == 960",
+            "  Sm90EpilogueArgs epi;\n",
             "TmaMap tmap_w[2];",
             "const u8* sf_w[2];",
             "template <> struct Layout<2, 128, 256>",
