@@ -9,11 +9,8 @@
 // stream-K) are summed before the gate, as for the GEMM.
 #include "sm90/kernel.cuh"
 
-// Variants dual_gemm_nvfp4_sm90_ws_m{BM}n{BN}: a tile of BM / 2 output columns (rows of B1, B2)
-// by BN rows of A; the host picks one per problem (backend/cuda/sm90/).
-NVFP4_SM90_KERNEL(dual_gemm, 2, sm90::SingleProblem, sm90::SwiGLU, 256, 16)
-NVFP4_SM90_KERNEL(dual_gemm, 2, sm90::SingleProblem, sm90::SwiGLU, 256, 32)
-NVFP4_SM90_KERNEL(dual_gemm, 2, sm90::SingleProblem, sm90::SwiGLU, 256, 64)
-NVFP4_SM90_KERNEL(dual_gemm, 2, sm90::SingleProblem, sm90::SwiGLU, 256, 128)
-NVFP4_SM90_KERNEL(dual_gemm, 2, sm90::SingleProblem, sm90::SwiGLU, 128, 128)
-NVFP4_SM90_KERNEL(dual_gemm, 2, sm90::SingleProblem, sm90::SwiGLU, 128, 256)
+// Variants dual_gemm_nvfp4_sm90_ws_m{BM}n{BN}, one per tile of the variant list (generated.cuh): a
+// tile of BM / 2 output columns (rows of B1, B2) by BN rows of A; the host picks one per problem
+// (backend/cuda/sm90/).
+#define DUAL_VARIANT(BM, BN) NVFP4_SM90_KERNEL(dual_gemm, 2, sm90::SingleProblem, sm90::SwiGLU, BM, BN)
+NVFP4_SM90_VARIANTS(DUAL_VARIANT)

@@ -11,7 +11,8 @@
 //   m16n8k16 with f32 accumulators (products of f16 values are exact in f32).
 // - The raw bytes of the next PF K-tiles are in flight in registers while a K-tile is decoded and
 //   multiplied: a small problem pays one memory latency per PF K-tiles, not one per K-tile.
-// - Epilogue: f64 alpha and a single rounding to f16 or bf16; dual GEMM: silu(x1) * x2 in f32.
+// - Epilogue: f64 alpha and a single rounding to f16 or bf16; dual GEMM: silu(x1) * x2 in f32,
+//   with the skeleton's silu (output.cuh).
 // - Any M, N >= 1, K % 16 == 0, either scale layout per operand, L batches (grid over l too).
 #include "ptx.cuh"
 #include "nvfp4.cuh"
@@ -89,8 +90,6 @@ __device__ __forceinline__ void mma_k16(const u16* As, const u16* Bs, int wm, in
     for (int ni = 0; ni < 4; ++ni) ptx::mma_m16n8k16_f16_f32(acc[mi][ni], a[mi], b[ni]);
 }
 
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
-
 template <bool DUAL>
 __device__ void gemm_body(const MmaProblem* problems, int count) {
   __shared__ __align__(16) u16 As[BM * LDS];   // [64, BK] f16, padded rows
@@ -159,7 +158,7 @@ __device__ void gemm_body(const MmaProblem* problems, int count) {
         if (DUAL) {
           const float x1 = (float)((double)acc[mi][ni][e] * P.alpha);
           const float x2 = (float)((double)acc2[DUAL ? mi : 0][ni][e] * P.alpha2);
-          bits = out::of_f32(silu(x1) * x2, P.out_bf16);
+          bits = out::of_f32(out::silu(x1) * x2, P.out_bf16);
         } else {
           bits = out::of_f64((double)acc[mi][ni][e] * P.alpha, P.out_bf16);
         }

@@ -11,10 +11,7 @@
 // (deterministic), stores, and resets the counter for the next launch.
 #include "sm90/kernel.cuh"
 
-// Variants gemm_nvfp4_sm90_ws_m{BM}n{BN}: the host picks one per problem (backend/cuda/sm90/).
-NVFP4_SM90_KERNEL(gemm, 1, sm90::SingleProblem, sm90::StoreF16, 256, 16)
-NVFP4_SM90_KERNEL(gemm, 1, sm90::SingleProblem, sm90::StoreF16, 256, 32)
-NVFP4_SM90_KERNEL(gemm, 1, sm90::SingleProblem, sm90::StoreF16, 256, 64)
-NVFP4_SM90_KERNEL(gemm, 1, sm90::SingleProblem, sm90::StoreF16, 256, 128)
-NVFP4_SM90_KERNEL(gemm, 1, sm90::SingleProblem, sm90::StoreF16, 128, 128)
-NVFP4_SM90_KERNEL(gemm, 1, sm90::SingleProblem, sm90::StoreF16, 128, 256)
+// Variants gemm_nvfp4_sm90_ws_m{BM}n{BN}, one per tile of the variant list (generated.cuh): the host
+// picks one per problem (backend/cuda/sm90/).
+#define GEMM_VARIANT(BM, BN) NVFP4_SM90_KERNEL(gemm, 1, sm90::SingleProblem, sm90::StoreF16, BM, BN)
+NVFP4_SM90_VARIANTS(GEMM_VARIANT)

@@ -24,14 +24,25 @@
 #include "nvfp4.cuh"
 #include "output.cuh"
 
-// GemvParams: declared in generated.cuh from its one definition (backend/cuda/kernels/gemv.rs).
+// GemvParams and the sizes (namespace gemv): generated.cuh, from their one definition
+// (backend/cuda/kernels/gemv.rs), which the host's plan uses too.
+// NOTE: a diagnostic variant of this file (examples/dev_gemv_diag, NVFP4_KERNELS_DIR) cannot
+// change a size by a #define in front of it: generated.cuh always comes from the library, and the
+// host plans windows and grids with the same values. A size is varied in kernels/gemv.rs.
 #include "generated.cuh"
 
 namespace {
 
-constexpr int WARPS = 8;
-constexpr int THREADS = WARPS * 32;
-constexpr int ROWS_PER_WARP = 4;
+using gemv::KSTEP_CHUNKS;
+using gemv::STAGE_SCALES_PER_THREAD;
+using gemv::STAGE_WORDS_PER_THREAD;
+using gemv::THREADS;
+constexpr int WARPS = THREADS / 32;
+constexpr int ROWS_PER_WARP = gemv::ROWS_PER_CTA / WARPS;
+// The row map (rows 128*t + 32*q + 8*c + warp) and the blocked scales' 16 B groups are written for
+// these: 8 warps of 4 rows, 4 row tiles per 128-row scale tile; a lane per chunk of a K-step.
+static_assert(WARPS == 8 && ROWS_PER_WARP == 4 && 4 * gemv::ROWS_PER_CTA == 128, "row tiles");
+static_assert(KSTEP_CHUNKS == 32, "one chunk per lane");
 
 // Compile-time shape of one variant. CB = bytes of A per lane per K-step.
 template <int CB>
@@ -39,43 +50,40 @@ struct Chunk {
   static constexpr int WORDS = CB / 4;            // packed words (8 elements each)
   static constexpr int BLOCKS = CB / 8;           // scale blocks (16 elements each)
   static constexpr int PLANES = CB / 8;           // 16 B shared-memory planes of decoded B
-  static constexpr int KSTEP_A = 32 * CB;         // bytes of one A row per K-step
-  static constexpr int KSTEP_SF = 32 * BLOCKS;    // scale bytes of one row per K-step (plain)
+  static constexpr int KSTEP_A = KSTEP_CHUNKS * CB;       // bytes of one A row per K-step
+  static constexpr int KSTEP_SF = KSTEP_CHUNKS * BLOCKS;  // scale bytes of one row per K-step (plain)
   static constexpr int KSTEP_GROUPS = KSTEP_SF / 4 * 512;  // blocked: bytes per K-step
   static constexpr int WINDOW_BYTES_PER_CHUNK = 2 * PLANES * 16 + BLOCKS * 4;  // b, -b, sb
-  // `Chunk::smem_per_chunk` in backend/cuda/gemv.rs mirrors WINDOW_BYTES_PER_CHUNK.
+  // The host sizes a window with its own count (Chunk::smem_per_chunk in kernels/gemv.rs).
+  static_assert(WINDOW_BYTES_PER_CHUNK == gemv::WindowChunk<CB>::BYTES, "stage_b's layout is the host's");
 };
-
-// Mirror of the host's byte count (backend/cuda/gemv.rs: Chunk::smem_per_chunk).
-static_assert(Chunk<16>::WINDOW_BYTES_PER_CHUNK == 72 && Chunk<8>::WINDOW_BYTES_PER_CHUNK == 36, "gemv.rs");
 
 // Decodes B chunks [c0, c1) of batch l into shared memory:
 //   bq[plane][chunk] : [PLANES, WC, 16 B] int8 (2x value), words 2*plane and 2*plane+1
 //   nq[plane][chunk] : the same, negated
 //   sb[chunk][block] : [WC, BLOCKS] f32, scale / 4 (undoes the 2x of both int8 operands)
-// NOTE: every thread issues all its loads (at most MAX_STAGE_WORDS words and MAX_STAGE_SCALES
-// scales, the host keeps windows within that) before decoding any: one load latency per window
-// instead of one per loop trip, which cost several microseconds at the start of every CTA.
-constexpr int MAX_STAGE_WORDS = 8, MAX_STAGE_SCALES = 4;
-
+// NOTE: every thread issues all its loads (at most STAGE_WORDS_PER_THREAD words and
+// STAGE_SCALES_PER_THREAD scales, the host keeps windows within that) before decoding any: one
+// load latency per window instead of one per loop trip, which cost several microseconds at the
+// start of every CTA.
 template <int CB, bool BLOCKED>
 __device__ void stage_b(const GemvParams& p, u8* smem, int wc, int l, int c0, int c1) {
   using C = Chunk<CB>;
   const u8* bl = p.b + (i64)l * (p.k / 2);
   const int words = (c1 - c0) * C::WORDS, blocks = (c1 - c0) * C::BLOCKS, sf_cols = p.k / 16;
-  u32 w[MAX_STAGE_WORDS], sc[MAX_STAGE_SCALES];
+  u32 w[STAGE_WORDS_PER_THREAD], sc[STAGE_SCALES_PER_THREAD];
 #pragma unroll
-  for (int n = 0; n < MAX_STAGE_WORDS; ++n) {
+  for (int n = 0; n < STAGE_WORDS_PER_THREAD; ++n) {
     const int i = threadIdx.x + n * THREADS;
     if (i < words) w[n] = ptx::ld_nc_u32(bl + (i64)c0 * CB + i * 4);
   }
 #pragma unroll
-  for (int n = 0; n < MAX_STAGE_SCALES; ++n) {
+  for (int n = 0; n < STAGE_SCALES_PER_THREAD; ++n) {
     const int i = threadIdx.x + n * THREADS;
     if (i < blocks) sc[n] = ptx::ld_nc_u8(p.sfb + nvfp4::scale_offset(BLOCKED, 1, sf_cols, 0, c0 * C::BLOCKS + i, l));
   }
 #pragma unroll
-  for (int n = 0; n < MAX_STAGE_WORDS; ++n) {
+  for (int n = 0; n < STAGE_WORDS_PER_THREAD; ++n) {
     const int i = threadIdx.x + n * THREADS;
     if (i >= words) break;
     const int cl = i / C::WORDS, wi = i % C::WORDS;
@@ -86,7 +94,7 @@ __device__ void stage_b(const GemvParams& p, u8* smem, int wc, int l, int c0, in
   }
   float* sb = reinterpret_cast<float*>(smem + 2 * C::PLANES * wc * 16);
 #pragma unroll
-  for (int n = 0; n < MAX_STAGE_SCALES; ++n) {
+  for (int n = 0; n < STAGE_SCALES_PER_THREAD; ++n) {
     const int i = threadIdx.x + n * THREADS;
     if (i < blocks) sb[i] = nvfp4::e4m3_to_f32(sc[n]) * 0.25f;
   }
@@ -216,8 +224,8 @@ __device__ void gemv_body(const GemvParams& p) {
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int chunks = p.k / 2 / CB;
-  const int ksteps = (chunks + 31) / 32;
-  const int wc = p.window_ksteps * 32;  // chunks per shared-memory window
+  const int ksteps = (chunks + KSTEP_CHUNKS - 1) / KSTEP_CHUNKS;
+  const int wc = p.window_ksteps * KSTEP_CHUNKS;  // chunks per shared-memory window
   const u64 pol = ptx::policy_evict_first();
   int staged = -1;  // (batch, slice) whose B is in shared memory, when it fits one window
 
@@ -237,7 +245,7 @@ __device__ void gemv_body(const GemvParams& p) {
     for (int ws = ks0; ws < ks1; ws += p.window_ksteps) {
       const int we = min(ws + p.window_ksteps, ks1);
       const int key = l * p.split + slice;
-      Cursor<CB, BLOCKED> cur = make_cursor<CB, BLOCKED>(p, l, row, ws * 32 + lane);
+      Cursor<CB, BLOCKED> cur = make_cursor<CB, BLOCKED>(p, l, row, ws * KSTEP_CHUNKS + lane);
       if (!one_window || staged != key) {
         // NOTE: programmatic dependent launch. Until `griddepcontrol.wait` returns, the previous
         // kernel on the stream may still run (it may be writing B, the activations of a decode
@@ -252,23 +260,23 @@ __device__ void gemv_body(const GemvParams& p) {
         ptx::wait_prerequisites();
         ptx::launch_dependents();
         __syncthreads();  // every warp is done with the previous window
-        stage_b<CB, BLOCKED>(p, smem, wc, l, ws * 32, min(we * 32, chunks));
+        stage_b<CB, BLOCKED>(p, smem, wc, l, ws * KSTEP_CHUNKS, min(we * KSTEP_CHUNKS, chunks));
         __syncthreads();
         staged = one_window ? key : -1;
       }
       // Register double buffering: K-step ks + 1 is loading while ks is computed.
       AChunk x0, x1;
-      load_a<CB, BLOCKED>(cur, x0, ws * 32 + lane < chunks, pol);
+      load_a<CB, BLOCKED>(cur, x0, ws * KSTEP_CHUNKS + lane < chunks, pol);
       cur.advance();
       for (int ks = ws; ks < we; ks += 2) {
-        const int c0 = ks * 32 + lane, c1 = c0 + 32;
+        const int c0 = ks * KSTEP_CHUNKS + lane, c1 = c0 + KSTEP_CHUNKS;
         load_a<CB, BLOCKED>(cur, x1, ks + 1 < we && c1 < chunks, pol);
         cur.advance();
-        if (c0 < chunks) compute<CB>(x0, smem, wc, c0 - ws * 32, acc);
+        if (c0 < chunks) compute<CB>(x0, smem, wc, c0 - ws * KSTEP_CHUNKS, acc);
         if (ks + 1 >= we) break;
-        load_a<CB, BLOCKED>(cur, x0, ks + 2 < we && c1 + 32 < chunks, pol);
+        load_a<CB, BLOCKED>(cur, x0, ks + 2 < we && c1 + KSTEP_CHUNKS < chunks, pol);
         cur.advance();
-        if (c1 < chunks) compute<CB>(x1, smem, wc, c1 - ws * 32, acc);
+        if (c1 < chunks) compute<CB>(x1, smem, wc, c1 - ws * KSTEP_CHUNKS, acc);
       }
     }
 

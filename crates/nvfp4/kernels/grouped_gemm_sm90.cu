@@ -31,10 +31,7 @@ extern "C" __global__ void __launch_bounds__(sm90::BUILD_THREADS)
   sm90::decode_x_chunk(d, (b - d.block0) * (i32)blockDim.x + (i32)threadIdx.x);
 }
 
-// Variants grouped_gemm_nvfp4_sm90_ws_m{BM}n{BN}: the host picks one per launch.
-NVFP4_SM90_KERNEL(grouped_gemm, 1, sm90::Grouped, sm90::StoreF16, 256, 16)
-NVFP4_SM90_KERNEL(grouped_gemm, 1, sm90::Grouped, sm90::StoreF16, 256, 32)
-NVFP4_SM90_KERNEL(grouped_gemm, 1, sm90::Grouped, sm90::StoreF16, 256, 64)
-NVFP4_SM90_KERNEL(grouped_gemm, 1, sm90::Grouped, sm90::StoreF16, 256, 128)
-NVFP4_SM90_KERNEL(grouped_gemm, 1, sm90::Grouped, sm90::StoreF16, 128, 128)
-NVFP4_SM90_KERNEL(grouped_gemm, 1, sm90::Grouped, sm90::StoreF16, 128, 256)
+// Variants grouped_gemm_nvfp4_sm90_ws_m{BM}n{BN}, one per tile of the variant list (generated.cuh):
+// the host picks one per launch.
+#define GROUPED_VARIANT(BM, BN) NVFP4_SM90_KERNEL(grouped_gemm, 1, sm90::Grouped, sm90::StoreF16, BM, BN)
+NVFP4_SM90_VARIANTS(GROUPED_VARIANT)

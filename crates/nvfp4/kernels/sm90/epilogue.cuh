@@ -1,9 +1,11 @@
 // sm90/epilogue.cuh: the epilogue policies, what the consumers do with a finished tile:
 //   StoreF16   c = f16(acc * alpha), one rounding (GEMM, SPEC §3.2)
-//   SwiGLU     c = f16(silu(x1) * x2) with x1, x2 the two parts' products in f32 (SPEC §3.3)
+//   SwiGLU     c = f16(silu(x1) * x2) with x1, x2 the two parts' products in f32 (SPEC §3.3;
+//              silu is output.cuh's, shared with the fallback)
 // (bf16 instead of f16 when the problem's out_bf16 says so: sm90/store.cuh's conversions.)
-// A policy provides `store(problem, unit, consumer, smem, staged)`; `staged`: the CTA's shared
-// memory is idle (its last unit, no cluster peer) and may stage the tile.
+// A policy provides `store(epi, unit, consumer, smem, staged)`, `epi` the problem's epilogue part
+// (its output and scaling); `staged`: the CTA's shared memory is idle (its last unit, no cluster
+// peer) and may stage the tile.
 #pragma once
 
 #include "sm90/fixup.cuh"
@@ -13,7 +15,7 @@ namespace sm90 {
 
 struct StoreF16 {
   template <class C>
-  NVFP4_DEVICE static void store(const Sm90Problem& pr, const Unit& un, Consumer<C>& cs, const Smem<C>& sm,
+  NVFP4_DEVICE static void store(const Sm90EpilogueArgs& pr, const Unit& un, Consumer<C>& cs, const Smem<C>& sm,
                                  bool staged) {
     static_assert(C::PARTS == 1, "one product per output element");
     const auto val = [&](int mt, int i) { return cs.acc[mt][i]; };
@@ -24,13 +26,9 @@ struct StoreF16 {
   }
 };
 
-// silu(x) = x / (1 + e^-x) in f32 (ex2.approx and rcp.approx: a few ulp, far inside the SPEC
-// tolerance; x -> -inf gives -0, NaN stays NaN).
-NVFP4_DEVICE float silu(float x) { return x * ptx::rcp_approx(1.0f + ptx::ex2_approx(x * -1.4426950408889634f)); }
-
 struct SwiGLU {
   template <class C>
-  NVFP4_DEVICE static void store(const Sm90Problem& pr, const Unit& un, Consumer<C>& cs, const Smem<C>& sm,
+  NVFP4_DEVICE static void store(const Sm90EpilogueArgs& pr, const Unit& un, Consumer<C>& cs, const Smem<C>& sm,
                                  bool staged) {
     static_assert(C::PARTS == 2, "x1 and x2 of one element in one thread");
     const float a1 = pr.alpha_f32[0], a2 = pr.alpha_f32[1];
@@ -38,7 +36,7 @@ struct SwiGLU {
     // walks the h = 0 rows and gates each element as it goes.
     // NOTE: gating all accumulators first, then storing, spilled with 128 accumulators: ptxas
     // issued every exp and reciprocal of the tile at once.
-    const auto val = [&](int mt, int i) { return silu(cs.acc[mt][i] * a1) * (cs.acc[mt][i + 2] * a2); };
+    const auto val = [&](int mt, int i) { return out::silu(cs.acc[mt][i] * a1) * (cs.acc[mt][i + 2] * a2); };
     store_rows<C, 1, Plain>(pr, un, sm, staged, val);
   }
 };

@@ -32,7 +32,7 @@ NVFP4_DEVICE void consumer_role(const typename S::Params& p, const Smem<C>& sm) 
   const i32 cluster = S::cluster(p);
   u32 g = 0, n = 0;
   for (; walk.valid(); walk.next_unit(p)) {
-    cs.mainloop(S::problem(p, walk.cur), cluster, sm, walk.cur, g, n);
+    cs.mainloop(S::problem(p, walk.cur).main, cluster, sm, walk.cur, g, n);
     // NOTE: the unit is recomputed rather than kept: its fields would otherwise stay live across
     // the mainloop.
     const Unit un = S::unit_at(p, walk.u, walk.end);
@@ -40,11 +40,11 @@ NVFP4_DEVICE void consumer_role(const typename S::Params& p, const Smem<C>& sm) 
     // epilogue may use the shared memory.
     const bool idle = S::next(p, walk.u) >= walk.end && cluster == 1;
     if (un.pieces == 1)
-      Epi::store(S::problem(p, un), un, cs, sm, idle);
+      Epi::store(S::problem(p, un).epi, un, cs, sm, idle);
     else if (KCLUSTER_FITS<C> && S::kcluster(p) > 1) {
-      if (reduce_in_cluster<C>(cs, sm, un)) Epi::store(S::problem(p, un), un, cs, sm, idle);
+      if (reduce_in_cluster<C>(cs, sm, un)) Epi::store(S::problem(p, un).epi, un, cs, sm, idle);
     } else if (reduce_pieces<C, S>(p, cs, sm, un, idle))
-      Epi::store(S::problem(p, un), un, cs, sm, idle);
+      Epi::store(S::problem(p, un).epi, un, cs, sm, idle);
   }
 }
 
@@ -103,7 +103,9 @@ NVFP4_DEVICE void run(const typename S::Params& p) {
 }  // namespace sm90
 
 // One kernel symbol per variant: OP_nvfp4_sm90_ws_m{BM}n{BN}, instantiating run<> with the
-// operation's PARTS, scheduler and epilogue.
+// operation's PARTS, scheduler and epilogue. An operation's file wraps it in a macro of (BM, BN)
+// and expands that over the variant list, NVFP4_SM90_VARIANTS (generated.cuh), whose order is
+// the registry's symbol order.
 #define NVFP4_SM90_KERNEL(OP, PARTS, SCHED, EPI, BM, BN)                                           \
   extern "C" __global__ void __launch_bounds__(sm90::THREADS, 1)                                   \
       OP##_nvfp4_sm90_ws_m##BM##n##BN(const __grid_constant__ SCHED::Params p) {                   \

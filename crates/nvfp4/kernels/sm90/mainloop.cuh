@@ -58,7 +58,8 @@ struct Consumer {
 
   // One work unit's K range: acc = sum over its sub-stages. `g` and `n` are the CTA's running
   // sub-stage and raw-stage counts (the same numbering as the producers' walk).
-  NVFP4_DEVICE void mainloop(const Sm90Problem& pr, i32 cluster, const Smem<C>& sm, const Unit& un, u32& g, u32& n) {
+  NVFP4_DEVICE void mainloop(const Sm90MainloopArgs& pr, i32 cluster, const Smem<C>& sm, const Unit& un, u32& g,
+                             u32& n) {
     // NOTE: with 128 accumulators the thread's offsets are derived per unit from a fresh read of
     // its index (ptxas otherwise hoists them to the kernel's start and spills them); with fewer,
     // that read cost ~3% of the GEMM's speed, so it uses the plain one.

@@ -19,7 +19,7 @@ namespace sm90 {
 // Plain scales whose rows are not 16-byte aligned (K % 256 != 0): the W producer warp copies raw
 // stage q's [PART_ROWS, 16 B] of one part with byte loads, zero past the operand's rows and K.
 template <class C>
-NVFP4_DEVICE void copy_scales_direct(const Sm90Problem& pr, const u8* sf, u32 dst, i32 row0, i32 q, i32 l) {
+NVFP4_DEVICE void copy_scales_direct(const Sm90MainloopArgs& pr, const u8* sf, u32 dst, i32 row0, i32 q, i32 l) {
   const i32 sf_cols = pr.k / 16, lane = threadIdx.x % 32;
   for (i32 r = lane; r < C::PART_ROWS; r += 32) {
     const i32 grow = row0 + r;
@@ -37,8 +37,8 @@ NVFP4_DEVICE void copy_scales_direct(const Sm90Problem& pr, const u8* sf, u32 ds
 // bytes from `sc` per part); returns the transaction bytes. `count_only`
 // computes the bytes without copying (the arrive.expect_tx must precede the copies).
 template <class C>
-NVFP4_DEVICE u32 issue_w_scales(const Sm90Problem& pr, int part, bool count_only, u32 sc, u32 bar, i32 row0, i32 q,
-                                i32 l, u64 pol) {
+NVFP4_DEVICE u32 issue_w_scales(const Sm90MainloopArgs& pr, int part, bool count_only, u32 sc, u32 bar, i32 row0,
+                                i32 q, i32 l, u64 pol) {
   if (pr.w_sf_mode == SF_TMA) {
     if (!count_only) ptx::tma_load_3d(sc + part * C::SW_PART, &pr.tmap_sw[part], bar, q * 16, row0, l, pol);
     return C::PART_ROWS * 16;
@@ -70,7 +70,7 @@ NVFP4_DEVICE void producer_w(const typename S::Params& p, const Smem<C>& sm) {
   for (; w.valid(); w.advance(p)) {
     const Unit& u = w.cur;
     if (!raw_opens(u, w.kk)) continue;
-    const Sm90Problem& pr = S::problem(p, u);
+    const Sm90MainloopArgs& pr = S::problem(p, u).main;
     const u32 s = n % C::RAW_STAGES;
     if (n >= (u32)C::RAW_STAGES) ptx::mbar_wait(sm.empty_w(s), ((n / C::RAW_STAGES) - 1) & 1);
     const i32 q = w.kk / SUB, row0 = u.tw * C::PART_ROWS;
@@ -111,7 +111,7 @@ NVFP4_DEVICE void producer_x(const typename S::Params& p, const Smem<C>& sm) {
   Walk<S> w;
   w.start(p);
   for (u32 g = 0; w.valid(); ++g, w.advance(p)) {
-    const Sm90Problem& pr = S::problem(p, w.cur);
+    const Sm90MainloopArgs& pr = S::problem(p, w.cur).main;
     const u32 xs = g % C::X_STAGES;
     // The slot is free when the consumers of every CTA it is multicast to have released it.
     if (g >= (u32)C::X_STAGES) ptx::mbar_wait(sm.empty_x(xs), ((g / C::X_STAGES) - 1) & 1);

@@ -4,7 +4,8 @@
 // (operands, output) each belongs to; the producers, the consumers and the epilogue know nothing
 // else about the launch. A scheduler type provides:
 //   Params                      the kernel's parameter struct
-//   problem(p, unit)            the Sm90Problem the unit computes on
+//   problem(p, unit)            the Sm90Problem the unit computes on: the producers and the
+//                               mainloop read its `main` part, the epilogue its `epi` part
 //   cluster(p)                  CTAs per cluster that share X by multicast (1 or 2)
 //   kcluster(p)                 CTAs per cluster that hold the K pieces of one tile (1: none;
 //                               more: every CTA has one unit, its piece = its cluster rank)
@@ -53,8 +54,8 @@ struct SingleProblem {
   NVFP4_DEVICE static i32 cluster(const Params& p) { return p.sched.cluster; }
   NVFP4_DEVICE static i32 kcluster(const Params& p) { return p.sched.k_mode == K_CLUSTER ? p.sched.split : 1; }
   NVFP4_DEVICE static void prefetch_tensormaps(const Params& p, int parts) {
-    for (int part = 0; part < parts; ++part) ptx::prefetch_tensormap(&p.prob.tmap_w[part]);
-    ptx::prefetch_tensormap(&p.prob.tmap_x);
+    for (int part = 0; part < parts; ++part) ptx::prefetch_tensormap(&p.prob.main.tmap_w[part]);
+    ptx::prefetch_tensormap(&p.prob.main.tmap_x);
   }
   // The f32 partial tiles of a unit's tile pieces (split-K, stream-K: `split` pieces at most per
   // tile, one after the other) and the tile's arrival counter.

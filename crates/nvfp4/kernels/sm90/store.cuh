@@ -1,6 +1,6 @@
-// sm90/store.cuh: storing a finished tile to the f16 or bf16 output (the problem's out_bf16): the
-// conversions of a finished value, and the stores (through shared memory and the TMA when it is
-// idle, else direct).
+// sm90/store.cuh: storing a finished tile to the f16 or bf16 output (out_bf16 of the epilogue part
+// of the problem, Sm90EpilogueArgs): the conversions of a finished value, and the stores (through
+// shared memory and the TMA when it is idle, else direct).
 #pragma once
 
 #include "output.cuh"
@@ -13,8 +13,10 @@ namespace sm90 {
 // v * alpha with a power-of-two alpha: exact in f32, so one f32 rounding is the reference's.
 struct AlphaPow2 {
   static constexpr bool PAIRS = true;
-  NVFP4_DEVICE static u32 one(const Sm90Problem& pr, i32 bf16, float v) { return out::of_f32(v * pr.alpha_f32[0], bf16); }
-  NVFP4_DEVICE static u32 two(const Sm90Problem& pr, i32 bf16, float lo, float hi) {
+  NVFP4_DEVICE static u32 one(const Sm90EpilogueArgs& pr, i32 bf16, float v) {
+    return out::of_f32(v * pr.alpha_f32[0], bf16);
+  }
+  NVFP4_DEVICE static u32 two(const Sm90EpilogueArgs& pr, i32 bf16, float lo, float hi) {
     return out::pair_of_f32(lo * pr.alpha_f32[0], hi * pr.alpha_f32[0], bf16);
   }
 };
@@ -22,16 +24,20 @@ struct AlphaPow2 {
 // NOTE: no paired stores: batched f64 conversions spill registers.
 struct AlphaF64 {
   static constexpr bool PAIRS = false;
-  NVFP4_DEVICE static u32 one(const Sm90Problem& pr, i32 bf16, float v) { return out::of_f64((double)v * pr.alpha[0], bf16); }
-  NVFP4_DEVICE static u32 two(const Sm90Problem& pr, i32 bf16, float lo, float hi) {
+  NVFP4_DEVICE static u32 one(const Sm90EpilogueArgs& pr, i32 bf16, float v) {
+    return out::of_f64((double)v * pr.alpha[0], bf16);
+  }
+  NVFP4_DEVICE static u32 two(const Sm90EpilogueArgs& pr, i32 bf16, float lo, float hi) {
     return one(pr, bf16, lo) | one(pr, bf16, hi) << 16;
   }
 };
 // A value already final.
 struct Plain {
   static constexpr bool PAIRS = true;
-  NVFP4_DEVICE static u32 one(const Sm90Problem&, i32 bf16, float v) { return out::of_f32(v, bf16); }
-  NVFP4_DEVICE static u32 two(const Sm90Problem&, i32 bf16, float lo, float hi) { return out::pair_of_f32(lo, hi, bf16); }
+  NVFP4_DEVICE static u32 one(const Sm90EpilogueArgs&, i32 bf16, float v) { return out::of_f32(v, bf16); }
+  NVFP4_DEVICE static u32 two(const Sm90EpilogueArgs&, i32 bf16, float lo, float hi) {
+    return out::pair_of_f32(lo, hi, bf16);
+  }
 };
 
 // Lane pairs (g, g+1), g even, hold output rows w, w+1 of the columns (x, x+1) in `ab`: one
@@ -49,7 +55,7 @@ NVFP4_DEVICE u32 row_pair(u32 ab, bool even) {
 // NOTE: the direct stores of this orientation write 16 bytes to each of 8 rows per warp
 // instruction: 3-5 µs for the 4 MB output of a dual GEMM with M = 512, N = 4096.
 template <class C, int H, class Cvt, class Val>
-NVFP4_DEVICE void store_tma(const Sm90Problem& pr, const Unit& un, const Smem<C>& sm, const Val& val) {
+NVFP4_DEVICE void store_tma(const Sm90EpilogueArgs& pr, const Unit& un, const Smem<C>& sm, const Val& val) {
   using Cs = Consumer<C>;
   constexpr int BOXES = C::PART_ROWS / 64;
   constexpr u32 BOX_BYTES = C::BN * 128;
@@ -80,7 +86,7 @@ NVFP4_DEVICE void store_tma(const Sm90Problem& pr, const Unit& un, const Smem<C>
 #pragma unroll
     for (int b = 0; b < BOXES; ++b)
       ptx::tma_store_3d(&pr.tmap_c, sm.base + b * BOX_BYTES, (un.tw * C::PART_ROWS + 64 * b) * 2,
-                        un.x_base + un.tx * C::BN, pr.x_flat ? 0 : un.l);
+                        un.x_base + un.tx * C::BN, pr.c_flat ? 0 : un.l);
     ptx::bulk_commit_group();
     ptx::bulk_wait_group_0();
   }
@@ -95,7 +101,8 @@ NVFP4_DEVICE void store_tma(const Sm90Problem& pr, const Unit& un, const Smem<C>
 // along x; when they run along w, the pairs of adjacent w, held by lanes 4 apart, are formed by
 // one exchange.
 template <class C, int H, class Cvt, class Val>
-NVFP4_DEVICE void store_rows(const Sm90Problem& pr, const Unit& un, const Smem<C>& sm, bool staged, const Val& val) {
+NVFP4_DEVICE void store_rows(const Sm90EpilogueArgs& pr, const Unit& un, const Smem<C>& sm, bool staged,
+                             const Val& val) {
   using Cs = Consumer<C>;
   u16* cl = pr.c + (i64)un.l * pr.c_stride_l;
   const int ct = (int)ptx::tid_x_here() - 128, lane = ct % 32, t = lane % 4;

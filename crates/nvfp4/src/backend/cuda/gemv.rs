@@ -10,7 +10,7 @@ use cudarc::driver::CudaFunction;
 
 use super::device::{product_alpha, DeviceOp, F16View, Keep, Nvfp4View, Workspace, WorkspaceNeeds};
 use super::family::{DeviceFacts, Kernels, Launch, Plan, Verdict};
-use super::kernels::gemv::{GemvParams, GEMV};
+use super::kernels::gemv::{GemvParams, GEMV, KSTEP_CHUNKS, MAX_WINDOW_BYTES, STAGE_SCALES, STAGE_WORDS};
 use super::kernels::pdl_ready;
 use super::overrides::Overrides;
 use super::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
@@ -18,43 +18,9 @@ use crate::format::{OutputDtype, ScaleLayout};
 use crate::ops::{Op, OpMeta};
 use crate::{Error, Result};
 
-/// Threads per CTA (8 warps).
-pub const THREADS: u32 = 256;
-/// Rows per CTA tile: 8 warps x 4 rows. Four tiles cover one 128-row scale tile.
-pub const ROWS_PER_CTA: usize = 32;
-/// Chunks per K-step: one per lane.
-const KSTEP_CHUNKS: usize = 32;
-/// Shared memory for the decoded B window: at most this many bytes (2 CTAs per SM fit easily).
-const MAX_WINDOW_BYTES: usize = 36 * 1024;
-/// Per-thread load slots of the B staging (`MAX_STAGE_WORDS`, `MAX_STAGE_SCALES` in gemv.cu):
-/// a window holds at most 256 x 8 packed words and 256 x 4 scales.
-const STAGE_WORDS: usize = 256 * 8;
-const STAGE_SCALES: usize = 256 * 4;
-
-/// Bytes of A per lane per K-step: 16 (32 elements) when K % 32 == 0, else 8 (the general path).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Chunk {
-    /// 16 B, 2 scale blocks.
-    B16,
-    /// 8 B, 1 scale block (K % 32 == 16).
-    B8,
-}
-
-impl Chunk {
-    /// Bytes of packed A per chunk.
-    pub fn bytes(self) -> usize {
-        match self {
-            Chunk::B16 => 16,
-            Chunk::B8 => 8,
-        }
-    }
-    /// Shared memory per chunk of a B window: int8 b and -b (2 planes of 16 B per 8 B of A),
-    /// plus an f32 scale per block. Mirrors the layout comment of `stage_b` in gemv.cu.
-    pub fn smem_per_chunk(self) -> usize {
-        let (planes, blocks) = (self.bytes() / 8, self.bytes() / 8);
-        2 * planes * 16 + blocks * 4
-    }
-}
+// The kernel's sizes and chunk shapes live with it in the registry, which writes them into
+// generated.cuh.
+pub use super::kernels::gemv::{Chunk, ROWS_PER_CTA, THREADS};
 
 /// The launch configuration of one GEMV shape.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,7 +1,89 @@
-//! kernels/gemv.cu: the batched GEMV and its parameter struct.
+//! kernels/gemv.cu: the batched GEMV, its parameter struct, and every size the host's plan
+//! (backend/cuda/gemv.rs) and the kernel share: threads, rows per CTA, chunks per K-step, the B
+//! staging's load slots and the shared memory of a B window. `cuda_sizes` writes them into
+//! generated.cuh, where gemv.cu reads them.
+
+use std::fmt::Write;
 
 use super::module::KernelModule;
 use crate::backend::cuda::runtime::kernel_struct;
+
+/// Threads per CTA (8 warps).
+pub const THREADS: u32 = 256;
+/// Rows per CTA tile: 8 warps x 4 rows. Four tiles cover one 128-row scale tile.
+pub const ROWS_PER_CTA: usize = 32;
+/// Chunks per K-step: one per lane.
+pub const KSTEP_CHUNKS: usize = 32;
+/// Shared memory for the decoded B window: at most this many bytes (2 CTAs per SM fit easily).
+/// The host's bound alone: the kernel sizes its window from `window_ksteps`.
+pub const MAX_WINDOW_BYTES: usize = 36 * 1024;
+/// Per-thread load slots of the B staging (gemv.cu's `stage_b` issues every load of a window
+/// before decoding any): packed words and scale bytes.
+pub const STAGE_WORDS_PER_THREAD: usize = 8;
+/// See [`STAGE_WORDS_PER_THREAD`].
+pub const STAGE_SCALES_PER_THREAD: usize = 4;
+/// Packed words a window may hold: the staging's slots of every thread.
+pub const STAGE_WORDS: usize = THREADS as usize * STAGE_WORDS_PER_THREAD;
+/// Scale bytes a window may hold.
+pub const STAGE_SCALES: usize = THREADS as usize * STAGE_SCALES_PER_THREAD;
+
+/// Bytes of A per lane per K-step: 16 (32 elements) when K % 32 == 0, else 8 (the general path).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Chunk {
+    /// 16 B, 2 scale blocks.
+    B16,
+    /// 8 B, 1 scale block (K % 32 == 16).
+    B8,
+}
+
+impl Chunk {
+    /// Both, as the kernels instantiate them.
+    pub const ALL: [Chunk; 2] = [Chunk::B16, Chunk::B8];
+
+    /// Bytes of packed A per chunk.
+    pub fn bytes(self) -> usize {
+        match self {
+            Chunk::B16 => 16,
+            Chunk::B8 => 8,
+        }
+    }
+    /// Shared memory per chunk of a B window: int8 b and -b (2 planes of 16 B per 8 B of A),
+    /// plus an f32 scale per block. gemv.cu's `stage_b` lays it out, and checks its
+    /// `WINDOW_BYTES_PER_CHUNK` against this (`WindowChunk` in generated.cuh).
+    pub fn smem_per_chunk(self) -> usize {
+        let (planes, blocks) = (self.bytes() / 8, self.bytes() / 8);
+        2 * planes * 16 + blocks * 4
+    }
+}
+
+/// The `namespace gemv` part of generated.cuh: the sizes above that the kernel reads, and each
+/// chunk size's window bytes.
+pub fn cuda_sizes() -> String {
+    let mut s = String::from("namespace gemv {\n");
+    let consts: [(&str, usize); 5] = [
+        ("THREADS", THREADS as usize),
+        ("ROWS_PER_CTA", ROWS_PER_CTA),
+        ("KSTEP_CHUNKS", KSTEP_CHUNKS),
+        ("STAGE_WORDS_PER_THREAD", STAGE_WORDS_PER_THREAD),
+        ("STAGE_SCALES_PER_THREAD", STAGE_SCALES_PER_THREAD),
+    ];
+    for (name, v) in consts {
+        let _ = writeln!(s, "constexpr int {name} = {v};");
+    }
+    s += "// Shared memory per chunk of a B window (backend/cuda/kernels/gemv.rs, Chunk::smem_per_chunk),\n\
+          // by bytes of A per lane per K-step.\n\
+          template <int CB>\nstruct WindowChunk;\n";
+    for c in Chunk::ALL {
+        let _ = writeln!(
+            s,
+            "template <> struct WindowChunk<{}> {{ static constexpr int BYTES = {}; }};",
+            c.bytes(),
+            c.smem_per_chunk()
+        );
+    }
+    s += "}  // namespace gemv\n";
+    s
+}
 
 /// The batched GEMV kernels: scale layout x 16- or 8-byte chunks of A per lane.
 pub static GEMV: KernelModule = KernelModule {
@@ -53,5 +135,20 @@ kernel_struct! {
         tiles: i32 => "i32",
         tiles_per_cta: i32 => "i32",
         reserved: i32 => "i32",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_agree() {
+        assert_eq!(ROWS_PER_CTA * 4, 128, "four row tiles per 128-row scale tile");
+        assert_eq!(KSTEP_CHUNKS, 32, "one chunk per lane");
+        assert_eq!((Chunk::B16.smem_per_chunk(), Chunk::B8.smem_per_chunk()), (72, 36));
+        let h = cuda_sizes();
+        assert!(h.contains("constexpr int STAGE_WORDS_PER_THREAD = 8;\n"), "{h}");
+        assert!(h.contains("template <> struct WindowChunk<8> { static constexpr int BYTES = 36; };"), "{h}");
     }
 }

@@ -78,7 +78,8 @@ const STATIC_HEADERS: [(&str, &str); 15] = [
 pub const GENERATED: &str = "generated.cuh";
 
 /// `generated.cuh`: the integer types come from ptx.cuh; then the tensor-map type, every kernel
-/// struct (from its `kernel_struct!` field list, with layout asserts) and the sm90 sizes.
+/// struct (from its `kernel_struct!` field list, with layout asserts) and each kernel family's
+/// sizes (sm90, quant, mma, small, gemv).
 pub fn generated_header() -> &'static str {
     static TEXT: OnceLock<String> = OnceLock::new();
     TEXT.get_or_init(|| {
@@ -95,6 +96,8 @@ pub fn generated_header() -> &'static str {
             fallback::MmaParams::cuda_decl(),
             small::SmallParams::cuda_decl(),
             sm90::XDecodeParams::cuda_decl(),
+            sm90::Sm90MainloopArgs::cuda_decl(),
+            sm90::Sm90EpilogueArgs::cuda_decl(),
             sm90::Sm90Problem::cuda_decl(),
             sm90::Sm90Schedule::cuda_decl(),
             sm90::Sm90Params::cuda_decl(),
@@ -115,6 +118,7 @@ pub fn generated_header() -> &'static str {
         s += &quantize::cuda_sizes();
         s += &fallback::cuda_sizes();
         s += &small::cuda_sizes();
+        s += &gemv::cuda_sizes();
         s
     })
 }
@@ -130,23 +134,34 @@ pub fn headers() -> Vec<(&'static str, &'static str)> {
 mod tests {
     use super::*;
 
+    /// Whether `source` stamps out the skeleton kernel `sym` (`OP_nvfp4_sm90_ws_m{BM}n{BN}`): a
+    /// line `#define NAME(BM, BN) NVFP4_SM90_KERNEL(OP, ...)`, a line `NVFP4_SM90_VARIANTS(NAME)`,
+    /// and (BM, BN) in the variant list of the generated header.
+    fn stamped(source: &str, sym: &str) -> bool {
+        let Some((op, tile)) = sym.split_once("_nvfp4_sm90_ws_m") else { return false };
+        let Some((bm, bn)) = tile.split_once('n') else { return false };
+        let list = generated_header().lines().find_map(|l| l.strip_prefix("#define NVFP4_SM90_VARIANTS(X)"));
+        let listed = list.is_some_and(|l| l.contains(&format!(" X({bm}, {bn})")));
+        let expanded = source.lines().any(|l| {
+            let def = l.strip_prefix("#define ").and_then(|d| d.split_once("(BM, BN) NVFP4_SM90_KERNEL("));
+            def.is_some_and(|(name, args)| {
+                args.starts_with(&format!("{op},"))
+                    && source.lines().any(|x| x == format!("NVFP4_SM90_VARIANTS({name})"))
+            })
+        });
+        listed && expanded
+    }
+
     #[test]
     fn every_symbol_is_defined_by_its_source() {
         for m in MODULES {
             for sym in m.symbols {
-                // Variant kernels are stamped out by a macro: the symbol's parts appear in a line.
-                let defined = m.source.contains(sym)
-                    || sym.split_once("_nvfp4_sm90_ws_m").is_some_and(|(op, tile)| {
-                        let (bm, bn) = tile.split_once('n').unwrap();
-                        m.source.lines().any(|l| {
-                            l.starts_with("NVFP4_SM90_KERNEL(")
-                                && l.contains(&format!("({op},"))
-                                && l.ends_with(&format!(", {bm}, {bn})"))
-                        })
-                    });
+                let defined = m.source.contains(sym) || stamped(m.source, sym);
                 assert!(defined, "{}: no definition of {sym}", m.file);
             }
         }
+        assert!(!stamped(sm90::GEMM_SM90.source, "dual_gemm_nvfp4_sm90_ws_m256n16"));
+        assert!(!stamped(sm90::GEMM_SM90.source, "gemm_nvfp4_sm90_ws_m64n16"));
     }
 
     #[test]
@@ -177,13 +192,15 @@ mod tests {
         let h = generated_header();
         for needle in [
             "struct Sm90Params {",
-            "static_assert(sizeof(Sm90Problem) == 896",
+            "static_assert(sizeof(Sm90Problem) == 960",
+            "  Sm90EpilogueArgs epi;\n",
             "TmaMap tmap_w[2];",
             "const u8* sf_w[2];",
             "template <> struct Layout<2, 128, 256>",
             "constexpr int THREADS = 384;",
             "namespace quant {\nconstexpr int THREADS = 256;",
             "i32 reverse;",
+            "\n#define NVFP4_SM90_VARIANTS(X) X(256, 16) X(256, 32) X(256, 64) X(256, 128) X(128, 128) X(128, 256)\n",
         ] {
             assert!(h.contains(needle), "missing `{needle}` in:\n{h}");
         }

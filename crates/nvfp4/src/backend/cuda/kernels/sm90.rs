@@ -100,15 +100,22 @@ pub struct Variant {
     pub bn: usize,
 }
 
-/// The variants every skeleton module instantiates, in symbol order.
-pub const VARIANTS: [Variant; 6] = [
-    Variant { bm: 256, bn: 16 },
-    Variant { bm: 256, bn: 32 },
-    Variant { bm: 256, bn: 64 },
-    Variant { bm: 256, bn: 128 },
-    Variant { bm: 128, bn: 128 },
-    Variant { bm: 128, bn: 256 },
-];
+/// Writes the variant list once: `VARIANTS`, and each skeleton module's kernel symbols
+/// `OP_nvfp4_sm90_ws_m{BM}n{BN}` in the same order (the CUDA side stamps its kernels out of the
+/// same list: `NVFP4_SM90_VARIANTS` in generated.cuh, written from `VARIANTS` by [`cuda_sizes`]).
+macro_rules! variants {
+    ($(($bm:literal, $bn:literal)),+ $(,)?) => {
+        /// The variants every skeleton module instantiates, in symbol order.
+        pub const VARIANTS: [Variant; [$($bm),+].len()] = [$(Variant { bm: $bm, bn: $bn }),+];
+        const GEMM_SYMBOLS: [&str; VARIANTS.len()] = [$(concat!("gemm_nvfp4_sm90_ws_m", $bm, "n", $bn)),+];
+        const DUAL_SYMBOLS: [&str; VARIANTS.len()] = [$(concat!("dual_gemm_nvfp4_sm90_ws_m", $bm, "n", $bn)),+];
+        /// The grouped module also holds its pre-pass, after the variants.
+        const GROUPED_SYMBOLS: [&str; VARIANTS.len() + 1] =
+            [$(concat!("grouped_gemm_nvfp4_sm90_ws_m", $bm, "n", $bn),)+ PREPARE_SYMBOL];
+    };
+}
+
+variants![(256, 16), (256, 32), (256, 64), (256, 128), (128, 128), (128, 256)];
 
 /// The shared-memory carve-up of one variant of one operation (mirrored by `Layout<PARTS, BM,
 /// BN>` in generated.cuh, which sm90/config.cuh checks): the X ring from offset 0, the W ring, the
@@ -215,28 +222,14 @@ kernel_struct! {
 pub static GEMM_SM90: KernelModule = KernelModule {
     file: "gemm_sm90.cu",
     source: include_str!("../../../../kernels/gemm_sm90.cu"),
-    symbols: &[
-        "gemm_nvfp4_sm90_ws_m256n16",
-        "gemm_nvfp4_sm90_ws_m256n32",
-        "gemm_nvfp4_sm90_ws_m256n64",
-        "gemm_nvfp4_sm90_ws_m256n128",
-        "gemm_nvfp4_sm90_ws_m128n128",
-        "gemm_nvfp4_sm90_ws_m128n256",
-    ],
+    symbols: &GEMM_SYMBOLS,
 };
 
 /// The fused dual GEMM on the skeleton.
 pub static DUAL_SM90: KernelModule = KernelModule {
     file: "dual_gemm_sm90.cu",
     source: include_str!("../../../../kernels/dual_gemm_sm90.cu"),
-    symbols: &[
-        "dual_gemm_nvfp4_sm90_ws_m256n16",
-        "dual_gemm_nvfp4_sm90_ws_m256n32",
-        "dual_gemm_nvfp4_sm90_ws_m256n64",
-        "dual_gemm_nvfp4_sm90_ws_m256n128",
-        "dual_gemm_nvfp4_sm90_ws_m128n128",
-        "dual_gemm_nvfp4_sm90_ws_m128n256",
-    ],
+    symbols: &DUAL_SYMBOLS,
 };
 
 /// The grouped GEMM on the skeleton: its pre-pass (every group's X decoded, the work table built)
@@ -244,36 +237,41 @@ pub static DUAL_SM90: KernelModule = KernelModule {
 pub static GROUPED_SM90: KernelModule = KernelModule {
     file: "grouped_gemm_sm90.cu",
     source: include_str!("../../../../kernels/grouped_gemm_sm90.cu"),
-    symbols: &[
-        "grouped_gemm_nvfp4_sm90_ws_m256n16",
-        "grouped_gemm_nvfp4_sm90_ws_m256n32",
-        "grouped_gemm_nvfp4_sm90_ws_m256n64",
-        "grouped_gemm_nvfp4_sm90_ws_m256n128",
-        "grouped_gemm_nvfp4_sm90_ws_m128n128",
-        "grouped_gemm_nvfp4_sm90_ws_m128n256",
-        PREPARE_SYMBOL,
-    ],
+    symbols: &GROUPED_SYMBOLS,
 };
 
 /// The grouped pre-pass kernel.
 pub const PREPARE_SYMBOL: &str = "grouped_prepare_sm90";
 
 kernel_struct! {
-    /// What a work unit computes on: the W operand (one tensor, or the two parts of a dual GEMM's
-    /// tile), the decoded X, the output and its scaling. A single-problem launch passes it in its
-    /// parameters; a grouped launch keeps one per group in device memory.
-    pub(crate) struct Sm90Problem align(64) {
+    /// What the producers and the mainloop read of a problem: the W operand (one tensor, or the two
+    /// parts of a dual GEMM's tile) and the decoded X. (The scalars' order: see [`Sm90Problem`].)
+    pub(crate) struct Sm90MainloopArgs align(64) {
         /// W values per part: 3-D (K/2 bytes, rows, L) u8, box (128 B, BM / parts, 1), 128-byte swizzle
         tmap_w: [TmaMap; 2] => "TmaMap" [2],
         /// W plain scales per part (SF_TMA): 3-D (K/16 bytes, rows, L), box (16 B, BM / parts, 1)
         tmap_sw: [TmaMap; 2] => "TmaMap" [2],
         /// decoded X: 3-D (2 * K64 bytes, x_rows, L) f16, box (128 B, BN / cluster, 1), 128-byte swizzle
         tmap_x: TmaMap => "TmaMap",
-        /// output for TMA stores when W rows are contiguous in c: 3-D (2 * N bytes, M, L), box
-        /// (128 B, BN, 1), 128-byte swizzle (valid when c_tma)
-        tmap_c: TmaMap => "TmaMap",
         /// W scales per part: [L, rows, K/16] e4m3 (plain) or [L, R, C, 512] (blocked)
         sf_w: [u64; 2] => "const u8*" [2],
+        /// W's batches (the host's; no kernel reads it)
+        l: i32 => "i32",
+        /// SfMode of W (SF_DIRECT, SF_TMA, SF_BULK)
+        w_sf_mode: i32 => "i32",
+        /// rows of each W part
+        w_rows: i32 => "i32",
+        /// X has no batch index (a MoE launch: W's batch is the expert, X holds every expert's
+        /// rows, x_base places a tile)
+        x_flat: i32 => "i32",
+        k: i32 => "i32",
+    }
+}
+
+kernel_struct! {
+    /// What the epilogue reads of a problem: the output, its extent and its scaling. (The
+    /// fields' order: see [`Sm90Problem`].)
+    pub(crate) struct Sm90EpilogueArgs align(64) {
         /// output, f16 or bf16 (out_bf16)
         c: u64 => "u16*",
         /// per part: the f32 sum is multiplied by this (alpha with the 2^14 decode bias)
@@ -282,26 +280,46 @@ kernel_struct! {
         alpha_f32: [f32; 2] => "float" [2],
         /// alpha[0] is a power of two that f32 holds: f32 math is exact
         alpha_pow2: i32 => "i32",
-        /// SfMode of W (SF_DIRECT, SF_TMA, SF_BULK)
-        w_sf_mode: i32 => "i32",
+        /// unused (the order's)
+        pad: i32 => "i32",
         /// tmap_c is valid (W = B and N % 8 == 0: 16-byte row strides)
         c_tma: i32 => "i32",
-        /// X and the output have no batch index (a MoE launch: W's batch is the expert, X and c
-        /// hold every expert's rows, x_base places a tile)
-        x_flat: i32 => "i32",
+        /// c has no batch index (a MoE launch: c holds every expert's rows, as X does)
+        c_flat: i32 => "i32",
         /// elements between consecutive W rows (output rows of a part) in c
         c_stride_w: i64 => "i64",
         /// elements between consecutive X rows in c
         c_stride_x: i64 => "i64",
         /// elements between batches in c
         c_stride_l: i64 => "i64",
-        /// rows of each W part
+        /// the output's W rows and X rows: the store clips there (the mainloop's operands hold
+        /// the same W rows)
         w_rows: i32 => "i32",
         x_rows: i32 => "i32",
-        k: i32 => "i32",
-        l: i32 => "i32",
         /// 1: c is bf16, 0: f16
         out_bf16: i32 => "i32",
+        /// output for TMA stores when W rows are contiguous in c: 3-D (2 * N bytes, M, L), box
+        /// (128 B, BN, 1), 128-byte swizzle (valid when c_tma)
+        tmap_c: TmaMap => "TmaMap",
+    }
+}
+
+kernel_struct! {
+    /// What a work unit computes on, in the two parts that the pipeline's two halves read: the
+    /// operands (producers, mainloop) and the output (epilogue). A single-problem launch passes it
+    /// in its parameters; a grouped launch keeps one per group in device memory.
+    ///
+    /// NOTE: each part's scalars keep the 16-byte alignment and the neighbours they had in the one
+    /// struct this was split from (hence the epilogue's `pad`, and `l` first), and the epilogue
+    /// part's tensor map comes last. NVVM merges adjacent parameter (and global) loads into vector
+    /// loads by alignment, and other orders changed the skeleton kernels' code: grouped by
+    /// meaning, the scalars made the GEMM m256n16 spill 4 B and reordered m256n64 (NVRTC 13.0);
+    /// with the map first, the grouped kernel formed the map's address where the epilogue part's
+    /// was taken, not where the store uses it. This order compiles to the instructions of before
+    /// the split, but for offsets and one swapped predicate register.
+    pub(crate) struct Sm90Problem align(64) {
+        main: Sm90MainloopArgs => "Sm90MainloopArgs",
+        epi: Sm90EpilogueArgs => "Sm90EpilogueArgs",
     }
 }
 
@@ -369,7 +387,8 @@ kernel_struct! {
     }
 }
 
-/// The `namespace sm90` part of generated.cuh: constants and every variant's `Layout`.
+/// The `namespace sm90` part of generated.cuh: constants and every variant's `Layout`; then the
+/// variant list as an X-macro.
 pub fn cuda_sizes() -> String {
     let mut s = String::from("namespace sm90 {\n");
     let consts: [(&str, i64); 18] = [
@@ -417,7 +436,14 @@ pub fn cuda_sizes() -> String {
             );
         }
     }
-    s += "}  // namespace sm90\n";
+    s += "}  // namespace sm90\n\n";
+    s += "// The tile variants in symbol order (backend/cuda/kernels/sm90.rs, VARIANTS): each skeleton module\n\
+          // expands NVFP4_SM90_VARIANTS(X) once, X(BM, BN) stamping out its kernel of that tile.\n\
+          #define NVFP4_SM90_VARIANTS(X)";
+    for v in VARIANTS {
+        let _ = write!(s, " X({}, {})", v.bm, v.bn);
+    }
+    s += "\n";
     s
 }
 
@@ -427,7 +453,7 @@ mod tests {
 
     #[test]
     fn layouts_fit_and_symbols_line_up() {
-        for op in [Op::Gemm, Op::Dual] {
+        for op in [Op::Gemm, Op::Dual, Op::Grouped] {
             for v in VARIANTS {
                 let l = v.layout(op);
                 assert!(l.smem_bytes <= SMEM_CAP, "{op:?} {v:?}: {l:?}");
@@ -435,6 +461,7 @@ mod tests {
                 assert_eq!(v.symbol(op), format!("{}_nvfp4_sm90_ws_m{}n{}", op.name(), v.bm, v.bn));
             }
         }
+        assert_eq!(GROUPED_SM90.symbols.last(), Some(&PREPARE_SYMBOL));
         // GEMM m256n128: 4 W stages of 36 KB next to 5 X stages of 16 KB.
         let l = Variant { bm: 256, bn: 128 }.layout(Op::Gemm);
         assert_eq!((l.raw_stages, l.x_stages, l.sw_bytes), (4, 5, 4096));
@@ -455,8 +482,38 @@ mod tests {
 
     #[test]
     fn struct_layouts() {
-        assert_eq!(std::mem::size_of::<Sm90Problem>(), 896);
-        assert_eq!(std::mem::size_of::<Sm90Params>(), 960);
+        // Each part is whole 64-byte units (its tensor maps' alignment): the operands, then the
+        // output. The scalars' offsets modulo 16 are those of the struct before the split (see
+        // Sm90Problem's note): w_sf_mode at 820, w_rows 856, x_flat 828, k 864; c at 784, alpha_pow2
+        // 816, c_tma 824, the strides 832, 840, 848, w_rows 856; out_bf16 (at 872, beside k and l)
+        // has its 16 bytes to itself.
+        assert_eq!(std::mem::size_of::<Sm90MainloopArgs>(), 704);
+        assert_eq!(std::mem::size_of::<Sm90EpilogueArgs>(), 256);
+        assert_eq!(std::mem::offset_of!(Sm90Problem, epi), 704);
+        use std::mem::offset_of;
+        let main = [
+            (offset_of!(Sm90MainloopArgs, w_sf_mode), 820),
+            (offset_of!(Sm90MainloopArgs, w_rows), 856),
+            (offset_of!(Sm90MainloopArgs, x_flat), 828),
+            (offset_of!(Sm90MainloopArgs, k), 864),
+        ];
+        let epi = [
+            (offset_of!(Sm90EpilogueArgs, c), 784),
+            (offset_of!(Sm90EpilogueArgs, alpha_pow2), 816),
+            (offset_of!(Sm90EpilogueArgs, c_tma), 824),
+            (offset_of!(Sm90EpilogueArgs, c_flat), 828),
+            (offset_of!(Sm90EpilogueArgs, c_stride_w), 832),
+            (offset_of!(Sm90EpilogueArgs, w_rows), 856),
+            (offset_of!(Sm90EpilogueArgs, x_rows), 860),
+        ];
+        for (now, before) in main.into_iter().chain(epi) {
+            assert_eq!(now % 16, before % 16, "{now} {before}");
+        }
+        assert_eq!((offset_of!(Sm90EpilogueArgs, out_bf16), offset_of!(Sm90EpilogueArgs, tmap_c)), (80, 128));
+        assert_eq!(std::mem::size_of::<Sm90Problem>(), 960);
+        assert_eq!(std::mem::size_of::<Sm90Params>(), 1024);
+        // The kernel parameter limit (4 KB on every architecture the kernels build for).
+        assert!(std::mem::size_of::<Sm90Params>() <= 4096);
         assert_eq!(std::mem::size_of::<XDecodeParams>(), 48);
         assert_eq!(std::mem::align_of::<Sm90Params>(), 64);
     }

@@ -9,8 +9,9 @@ use crate::backend::cuda::device::{product_alpha, to_i32, F16View, Keep, Nvfp4Vi
 use crate::backend::cuda::family::Launch;
 use crate::backend::cuda::kernels::pdl_ready;
 use crate::backend::cuda::kernels::sm90::{
-    DecodeXParams, Op, SfMode, Sm90Params, Sm90Problem, Sm90Schedule, Variant, WPrefetch, XDecodeParams, BK,
-    DECODE_BIAS, DECODE_X_SYMBOL, DECODE_X_THREADS, K_CLUSTER, K_SPLIT, K_STREAM, ROW_BYTES, THREADS,
+    DecodeXParams, Op, SfMode, Sm90EpilogueArgs, Sm90MainloopArgs, Sm90Params, Sm90Problem, Sm90Schedule, Variant,
+    WPrefetch, XDecodeParams, BK, DECODE_BIAS, DECODE_X_SYMBOL, DECODE_X_THREADS, K_CLUSTER, K_SPLIT, K_STREAM,
+    ROW_BYTES, THREADS,
 };
 use crate::backend::cuda::runtime::{tma_map, Gpu, LaunchOptions, LaunchShape, StreamHandle, TmaMap};
 use crate::{Error, Result};
@@ -152,7 +153,7 @@ pub(crate) fn bind(
     let w_prefetch = WPrefetch {
         sched,
         values: if prefetch { w[0].values } else { 0 },
-        scales: if prefetch && prob.w_sf_mode == SfMode::Tma as i32 { w[0].scales } else { 0 },
+        scales: if prefetch && prob.main.w_sf_mode == SfMode::Tma as i32 { w[0].scales } else { 0 },
         rows: to_i32(w_rows, "W rows")?,
         row_bytes: to_i32(k / 2, "K")?,
         sf_cols: to_i32(k / 16, "K")?,
@@ -186,9 +187,9 @@ pub(crate) struct OutputSide {
     pub bf16: i32,
 }
 
-/// The kernel's description of one problem: W's parts `[l, w_rows, K]` (one scale layout), the
-/// decoded X `[x_l, x_rows, K64]` f16 at `x16`, the alpha of each part (with the decode bias) and
-/// the output. Encodes its tensor maps.
+/// The kernel's description of one problem: for the mainloop, W's parts `[l, w_rows, K]` (one
+/// scale layout) and the decoded X `[x_l, x_rows, K64]` f16 at `x16`; for the epilogue, the
+/// output and the alpha of each part (with the decode bias). Encodes its tensor maps.
 pub(crate) fn problem_struct(
     v: Variant,
     cluster: usize,
@@ -215,29 +216,38 @@ pub(crate) fn problem_struct(
     let c_tma = c.swapped && c.n.is_multiple_of(8) && c.addr.is_multiple_of(16);
     // C is [L, M, N]: W rows step by N (or 1 when W is B), X rows by 1 (or N).
     let (c_stride_w, c_stride_x) = if c.swapped { (1, c.n as i64) } else { (c.n as i64, 1) };
-    Ok(Sm90Problem {
+    // In a cluster each CTA loads 1/cluster of the X tile's rows (multicast to all).
+    let tmap_x = tma_map(x16, x_rows, k64 * 2, x_l, (v.bn / cluster, ROW_BYTES), SW128)?;
+    // The epilogue clips at the rows the operands have, and is flat when they are.
+    let (w_rows, x_rows, flat) = (to_i32(w_rows, "W rows")?, to_i32(x_rows, "X rows")?, i32::from(c.flat));
+    let main = Sm90MainloopArgs {
         tmap_w,
         tmap_sw,
-        // In a cluster each CTA loads 1/cluster of the X tile's rows (multicast to all).
-        tmap_x: tma_map(x16, x_rows, k64 * 2, x_l, (v.bn / cluster, ROW_BYTES), SW128)?,
-        tmap_c: if c_tma { tma_map(c.addr, c.m, c.n * 2, c_l, (v.bn, ROW_BYTES), SW128)? } else { TmaMap::default() },
+        tmap_x,
         sf_w,
+        l: to_i32(l, "L")?,
+        w_sf_mode: w_mode as i32,
+        w_rows,
+        x_flat: flat,
+        k: to_i32(k, "K")?,
+    };
+    let epi = Sm90EpilogueArgs {
         c: c.addr,
         alpha,
         alpha_f32: [alpha[0] as f32, alpha[1] as f32],
         alpha_pow2: i32::from(pow2_f32(alpha[0]).is_some()),
-        w_sf_mode: w_mode as i32,
+        pad: 0,
         c_tma: i32::from(c_tma),
-        x_flat: i32::from(c.flat),
+        c_flat: flat,
         c_stride_w,
         c_stride_x,
         c_stride_l: if c.flat { 0 } else { (c.m * c.n) as i64 },
-        w_rows: to_i32(w_rows, "W rows")?,
-        x_rows: to_i32(x_rows, "X rows")?,
-        k: to_i32(k, "K")?,
-        l: to_i32(l, "L")?,
+        w_rows,
+        x_rows,
         out_bf16: c.bf16,
-    })
+        tmap_c: if c_tma { tma_map(c.addr, c.m, c.n * 2, c_l, (v.bn, ROW_BYTES), SW128)? } else { TmaMap::default() },
+    };
+    Ok(Sm90Problem { main, epi })
 }
 
 impl Launch for Sm90Launch {
