@@ -267,20 +267,25 @@ pub fn grouped_gemm(
     }
     let alphas = group_alphas(alpha, g)?;
     let mut call = Call::new(stream, layout)?;
-    let mut ops = Vec::with_capacity(g);
+    let mut pairs = Vec::with_capacity(g);
     for (i, item) in groups.iter().enumerate() {
         let t: (Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>) =
             item.extract().map_err(|_| crate::error::kind(format!("groups[{i}] must be a tuple (a, sfa, b, sfb)")))?;
         let a = call.operand(&t.0, &t.1, &format!("groups[{i}].a"), &format!("groups[{i}].sfa"))?;
         let b = call.operand(&t.2, &t.3, &format!("groups[{i}].b"), &format!("groups[{i}].sfb"))?;
+        pairs.push((a, b));
+    }
+    // The operation's rules first (a group's L or K), then each output against its group.
+    validate(Op::GroupedGemm(
+        pairs.iter().zip(&alphas).map(|((a, b), &alpha)| Group { a: a.meta, b: b.meta, alpha, c: None }).collect(),
+    ))?;
+    let mut ops = Vec::with_capacity(g);
+    for (i, (a, b)) in pairs.into_iter().enumerate() {
         let out = call.tensor(&outs.get_item(i)?, &format!("outs[{i}]"))?;
         let shape = [1, a.meta.rows, b.meta.rows];
         check_out(&out, shape, a.flat && b.flat)?;
         ops.push((a, b, out, shape));
     }
-    validate(Op::GroupedGemm(
-        ops.iter().zip(&alphas).map(|((a, b, _, _), &alpha)| Group { a: a.meta, b: b.meta, alpha, c: None }).collect(),
-    ))?;
     match call.device() {
         Device::Cpu => {
             // Each group as a GEMM (the CPU reference has no launch to share), in its output's

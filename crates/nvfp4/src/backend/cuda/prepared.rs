@@ -10,7 +10,7 @@ use super::device_op::BoundOp;
 use crate::format::{OutTensor, OutputDtype};
 use crate::ops::{HostOp, Op};
 use crate::problem::{Output, Problem};
-use crate::Result;
+use crate::{Error, Result};
 
 /// f16 quiet NaN: what [`Prepared::poison`] fills f16 outputs with.
 pub const F16_NAN_BITS: u16 = 0x7E00;
@@ -26,9 +26,20 @@ impl CudaBackend {
         self.prepare_as(p, OutputDtype::F16)
     }
 
-    /// [`CudaBackend::prepare`] with outputs of `dtype`.
+    /// [`CudaBackend::prepare`] with outputs of `dtype`. A MoE problem that no kernel takes in
+    /// one launch (K % 32 != 0, K < 64) is `Error::Unsupported`:
+    /// [`Backend::moe_gemm`](crate::Backend::moe_gemm) runs it as a list of groups split on the
+    /// host.
     pub fn prepare_as(&self, p: &Problem, dtype: OutputDtype) -> Result<Prepared> {
-        self.stage(&p.op(), false, dtype)
+        let op = p.op();
+        op.validate()?;
+        if let (Op::MoeGemm { .. }, Err(e)) = (&op, self.route(&op.meta())) {
+            return Err(Error::Unsupported {
+                backend: "cuda".into(),
+                what: format!("preparing this MoE form for repeated launches ({e}); Backend::moe_gemm runs it"),
+            });
+        }
+        self.stage(&op, false, dtype)
     }
 
     /// Uploads `op`'s operands (a GEMV's B in A's scale layout: its kernel reads both in one)
