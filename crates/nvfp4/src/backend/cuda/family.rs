@@ -1,6 +1,6 @@
-//! What every kernel family implements: its verdict on an operation ([`Verdict`], from
-//! the operation's metadata, the device's [`DeviceFacts`] and the overrides), the [`Plan`] it
-//! makes, which binds itself to device operands, and the [`Launch`] that a bound operation holds
+//! What every kernel family implements: its verdict on an operation (`Verdict`, from
+//! the operation's metadata, the device's [`DeviceFacts`] and the overrides), the `Plan` it
+//! makes, which binds itself to device operands, and the `Launch` that a bound operation holds
 //! and enqueues. The router (`route.rs`) asks the families in order; nothing here depends on
 //! which families exist.
 
@@ -88,7 +88,7 @@ pub(crate) trait Kernels {
 /// A family's plan for one operation: printable, with the workspace it needs and the step that
 /// binds it to device operands.
 pub(crate) trait Plan: fmt::Display + Send + Sync {
-    /// The family's name (as in [`FAMILIES`]).
+    /// The family's name (as in `FAMILIES`).
     fn family(&self) -> &'static str;
     /// Scratch bytes and counters its launches need.
     fn needs(&self) -> WorkspaceNeeds;

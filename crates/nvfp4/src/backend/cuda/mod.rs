@@ -5,24 +5,29 @@
 //! - [`kernels`]: the registry of kernel modules and symbols, each parameter struct beside its
 //!   kernel, and the generated header with every size Rust and CUDA share.
 //! - [`compile`]: NVRTC options, the CUBIN cache, the ptxas report.
-//! - [`device`]: device-resident operands and views, `upload`, workspaces.
+//! - [`device`]: device-resident operands and views ([`DeviceOp`]), `upload`, workspaces, and the
+//!   memory the backend owns, freed only after the launches on any stream that read it.
 //! - [`quantize`]: the GPU quantizer (dense device memory to NVFP4 on a given stream);
 //!   `quantize_job`: a quantization of host data staged for repeated launches (bench, tests).
 //! - [`floors`]: the benchmark's floor kernels (empty launch, streaming reads).
-//! - [`gemv`], [`sm90`] (the GEMM skeleton: GEMM, fused dual GEMM, grouped GEMM), [`small`] (small
-//!   GEMMs in one launch), [`fallback`]: for each
-//!   kernel family a pure plan, a bind step (plan + views + output + workspace -> parameters) and
-//!   a launch on a stream.
-//! - `backend`: [`CudaBackend`]: the device, the module cache, upload and download, and which
-//!   plan binds each [`DeviceOp`]; `host`: the [`Backend`](crate::Backend) trait for host data, a
-//!   thin layer on top; `prepared`: [`Prepared`] problems for repeated launches.
+//! - [`overrides`]: forced configurations and the route printout, an argument of the backend.
+//! - [`family`]: what a kernel family implements (a verdict on an operation, a plan that binds
+//!   itself, a launch); the families [`gemv`], [`small`] (small GEMMs in one launch), [`sm90`]
+//!   (the GEMM skeleton: GEMM, fused dual GEMM, grouped GEMM) and [`fallback`]; [`route`](mod@route): the
+//!   pure router that asks them in order (docs/ROUTE.md walks a call through these files).
+//! - `device_op`: [`BoundOp`], an operation bound by its route's plan; `backend`:
+//!   [`CudaBackend`]: the device, the module cache, upload and download, `bind`; `host`: the
+//!   [`Backend`](crate::Backend) trait for host data, a thin layer on top; `prepared`:
+//!   [`Prepared`] problems for repeated launches.
 //! - `dev` (hidden): the dev diagnostics' kernel variants, launched through the layers above.
 //!
-//! Environment: `NVFP4_CACHE_DIR` (CUBIN cache folder), `NVFP4_PRINT_CONFIG=1` (print each
-//! prepared problem's launch configuration to stderr at its first launch), `NVFP4_GEMM_SM90`,
-//! `NVFP4_DUAL_SM90` and `NVFP4_GROUPED_SM90` (force a skeleton configuration, see [`sm90::Forced`]), `NVFP4_KERNELS_DIR`
-//! (development: compile kernel sources from this folder instead of the embedded ones, see
-//! [`compile::Sources`]), `NVFP4_QUANT_CTAS_PER_SM` (the quantizer's CTAs per SM, experiments).
+//! Environment, read where a program starts ([`Overrides::from_env`]: the CLI, the Python
+//! package, the examples), never inside a bind: `NVFP4_PRINT_CONFIG=1` (print each operation's
+//! route when it is bound), `NVFP4_GEMM_SM90`, `NVFP4_DUAL_SM90` and `NVFP4_GROUPED_SM90` (force a
+//! family or a skeleton configuration, see [`sm90::Forced`]). Read by the library itself:
+//! `NVFP4_CACHE_DIR` (CUBIN cache folder), `NVFP4_KERNELS_DIR` (development: compile kernel
+//! sources from this folder instead of the embedded ones, see [`compile::Sources`]),
+//! `NVFP4_QUANT_CTAS_PER_SM` (the quantizer's CTAs per SM, experiments).
 
 mod backend;
 pub mod compile;

@@ -4,9 +4,9 @@
 //!
 //! Every family (`family.rs`) says, for an operation, whether it takes it (with its plan),
 //! declines it with the rule that stops it (a shape it cannot index, an alignment, an override),
-//! or has no kernel for that operation at all. The router asks the families of [`FAMILIES`] in
+//! or has no kernel for that operation at all. The router asks the families of `FAMILIES` in
 //! order and takes the first plan; the declines before it say why the others did not run.
-//! Adding a family is one entry in [`FAMILIES`], its plan and launch types and its kernel file.
+//! Adding a family is one entry in `FAMILIES`, its plan and launch types and its kernel file.
 
 use std::fmt;
 
