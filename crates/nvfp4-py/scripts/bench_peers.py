@@ -43,6 +43,7 @@ Usage (GPU machine; crates/nvfp4-py/scripts/gpu-peers.sh installs the wheels and
 """
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -182,7 +183,11 @@ def main(argv=None):
 
         t1 = time.time()
         print(f"Humming: compiling the kernels of {len(chosen)} cases in parallel", flush=True)
-        warm = prewarm(humming_jobs(chosen, args.seed), dtype)
+        try:
+            warm = prewarm(humming_jobs(chosen, args.seed), dtype)
+        except Exception as exc:  # noqa: BLE001 (then each case compiles its own Humming kernel)
+            meta["humming_prewarm_error"] = f"{type(exc).__name__}: {exc}"[:500]
+            print(f"Humming prewarm failed: {meta['humming_prewarm_error']}", flush=True)
         failed = {k: e for k, (_, e) in warm.items() if e}
         meta["humming_prewarm_s"] = round(time.time() - t1, 1)
         print(f"Humming: {meta['humming_prewarm_s']} s, {len(failed)} failed", flush=True)
@@ -214,8 +219,11 @@ def main(argv=None):
             meas = {"error": f"{type(exc).__name__}: {exc}"[:500]}
             routing = cases_mod.case_routing(case, seed) if case.op == "moe" else None
             print(f"  case failed: {meas['error']}", flush=True)
+            del exc
+            gc.collect()
             try:
                 torch.cuda.synchronize()
+                torch.cuda.empty_cache()
             except Exception as sticky:  # noqa: BLE001 (a broken context: nothing after it can run)
                 rows += report.make_rows(case, meas, card, routing, args.dtype)
                 meta["skipped"] = [c.key for c in chosen[i + 1 :]]
