@@ -88,9 +88,9 @@ fn the_dense_activation_is_read() {
     let base = CpuBackend.gemm16_as(&Gemm::new(x, g.b.clone(), None).unwrap(), OutputDtype::F16).unwrap();
     let got = CpuBackend.gemm16_as(&Gemm::new(moved, g.b.clone(), None).unwrap(), OutputDtype::F16).unwrap();
     let b_last: Vec<f32> = (0..4).map(|n| HostActivation::decode_batch(&g.b, 0)[n * 32 + 31]).collect();
-    for n in 0..4 {
+    for (n, &w) in b_last.iter().enumerate() {
         let (b0, b1) = (base.to_f32()[2 * 4 + n], got.to_f32()[2 * 4 + n]);
-        assert_eq!(b0 != b1, b_last[n] != 0.0, "column {n}");
+        assert_eq!(b0 != b1, w != 0.0, "column {n}");
         assert_eq!(base.bits()[..8], got.bits()[..8], "rows 0 and 1 unchanged");
     }
     // Shape rules hold for the dense form too: K differs.
