@@ -13,7 +13,6 @@ import pytest
 import nvfp4
 from reference import (
     activation,
-    bf16_bits,
     decode,
     dual16_gate,
     gemm16_ref,

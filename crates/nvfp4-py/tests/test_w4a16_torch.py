@@ -224,7 +224,8 @@ def test_linear_rejects_what_it_cannot_compute():
     with pytest.raises(ValueError, match=re.escape('mode must be "w4a16" or "w4a4", got \'w8a8\'')):
         nvt.Linear.from_state_dict(modelopt(wv, ws, wg, inp), mode="w8a8")
     layer = nvt.Linear.from_state_dict(modelopt(wv, ws, wg, inp))
-    with pytest.raises(nvfp4.DtypeError, match=re.escape("Linear(mode='w4a16') takes float16 or bfloat16 input, got torch.float32")):
+    rule = "Linear(mode='w4a16') takes float16 or bfloat16 input, got torch.float32"
+    with pytest.raises(nvfp4.DtypeError, match=re.escape(rule)):
         layer(torch.zeros(3, 256))
     with pytest.raises(ValueError, match="reduction lengths"):
         layer(torch.zeros(3, 128, dtype=torch.bfloat16))
