@@ -1,8 +1,12 @@
-//! The library's errors as Python exceptions: `ValueError` for shapes, dtypes and arguments,
+//! The library's errors as Python exceptions: `ValueError` for shapes and arguments,
+//! `nvfp4.DtypeError` (a `TypeError` and a `ValueError`) for a tensor of the wrong element type,
 //! `RuntimeError` for CUDA (and everything the device or the host could not do).
 
 use nvfp4::Error;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple, PyType};
 use pyo3::PyErr;
 
 /// The exception for a library error, with its message.
@@ -37,6 +41,35 @@ pub fn value(msg: impl Into<String>) -> PyErr {
 /// `TypeError` with this message.
 pub fn kind(msg: impl Into<String>) -> PyErr {
     PyTypeError::new_err(msg.into())
+}
+
+/// `nvfp4.DtypeError`: a tensor of an element type the argument does not take. It derives from
+/// both `TypeError` (what it is) and `ValueError` (what the package raised for a dtype before it
+/// existed, so that `except ValueError` keeps catching it), as NumPy's `AxisError` derives from
+/// `ValueError` and `IndexError`.
+pub fn dtype_error_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+    static TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    let ty = TYPE.get_or_try_init(py, || {
+        let bases = PyTuple::new(py, [py.get_type::<PyTypeError>(), py.get_type::<PyValueError>()])?;
+        let body = PyDict::new(py);
+        body.set_item("__module__", "nvfp4")?;
+        body.set_item(
+            "__doc__",
+            "A tensor of an element type the argument does not take (a TypeError and a ValueError).",
+        )?;
+        let made = py.import("builtins")?.getattr("type")?.call1(("DtypeError", bases, body))?;
+        Ok::<_, PyErr>(made.cast_into::<PyType>()?.unbind())
+    })?;
+    Ok(ty.bind(py))
+}
+
+/// `nvfp4.DtypeError` with this message.
+pub fn dtype(msg: impl Into<String>) -> PyErr {
+    let msg = msg.into();
+    Python::attach(|py| match dtype_error_type(py) {
+        Ok(ty) => PyErr::from_type(ty.clone(), msg),
+        Err(e) => e,
+    })
 }
 
 /// Results of the binding.

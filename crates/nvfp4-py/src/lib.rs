@@ -1,10 +1,12 @@
 //! `nvfp4._nvfp4`: the native module of the Python package `nvfp4`. Each function takes tensors
 //! (anything that speaks DLPack: torch, numpy, ...) and writes into the output the Python layer
 //! allocated; CUDA tensors run on the CUDA backend on the stream the Python layer read from torch
-//! at this call, CPU tensors on the CPU backend. Errors are `ValueError` (shapes, dtypes,
-//! arguments), `TypeError` (objects that are not tensors) and `RuntimeError` (CUDA, and host memory
-//! a CPU operation would need but the host does not have).
+//! at this call, CPU tensors on the CPU backend. Errors are `ValueError` (shapes, arguments),
+//! `DtypeError` (a tensor of the wrong element type: a `TypeError` and a `ValueError`),
+//! `TypeError` (objects that are not tensors) and `RuntimeError` (CUDA, and host memory a CPU
+//! operation would need but the host does not have).
 
+mod act;
 mod cuda;
 mod error;
 mod moe;
@@ -25,6 +27,7 @@ fn cuda_available() -> bool {
 #[pymodule]
 fn _nvfp4(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("DtypeError", error::dtype_error_type(m.py())?)?;
     m.add_function(wrap_pyfunction!(ops::gemv, m)?)?;
     m.add_function(wrap_pyfunction!(ops::gemm, m)?)?;
     m.add_function(wrap_pyfunction!(ops::dual_gemm, m)?)?;

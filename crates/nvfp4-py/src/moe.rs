@@ -9,7 +9,8 @@ use nvfp4::ops::{Act, Op};
 use nvfp4::{Backend, CpuBackend, MoeGemm};
 use pyo3::prelude::*;
 
-use crate::error::{value, IntoPy, PyResult};
+use crate::act;
+use crate::error::{dtype, value, IntoPy, PyResult};
 use crate::operand::{check_out, out_dtype, out_view};
 use crate::ops::{check_alpha, key, launch, validate, Call};
 use crate::tensor::{Device, Dtype};
@@ -18,7 +19,8 @@ use crate::tensor::{Device, Dtype};
 const OP_MOE: u64 = 4;
 
 /// Row t of the output, for t in `offsets[e-1]..offsets[e]` (`0..offsets[0]` for e = 0), is
-/// `f16(alpha · Σ_k A[t, k] · B[e, n, k])` (bf16 for a bfloat16 `out`). Rows at or past `offsets[E-1]` belong to no expert
+/// `f16(alpha · Σ_k A[t, k] · B[e, n, k])` (bf16 for a bfloat16 `out`); A is NVFP4 tokens, or
+/// dense 16-bit ones with `sfa` None (W4A16). Rows at or past `offsets[E-1]` belong to no expert
 /// and are left as they are, on both backends.
 #[pyfunction]
 #[pyo3(signature = (a, sfa, b, sfb, offsets, out, alpha=None, layout=None, stream=None))]
@@ -36,16 +38,18 @@ pub fn grouped_gemm_moe(
     stream: Option<u64>,
 ) -> PyResult<()> {
     let mut call = Call::new(stream, layout)?;
-    let a = call.operand(a, sfa, "a", "sfa")?;
+    let a = call.activation(a, sfa, "a", "sfa")?;
     let b = call.operand(b, sfb, "b", "sfb")?;
     let offsets = call.tensor(offsets, "offsets")?;
     let out = call.tensor(out, "out")?;
     let alpha = check_alpha(alpha)?;
-    if a.meta.l != 1 {
-        return Err(value(format!(
-            "moe gemm: a must be [T, K/2] or [1, T, K/2] (the tokens, sorted by expert), got shape {:?}",
-            a.values.shape
-        )));
+    let am = act::meta(&a);
+    if am.l() != 1 {
+        let (shape, want) = match &a {
+            Act::Nvfp4(o) => (&o.values.shape, "[T, K/2] or [1, T, K/2]"),
+            Act::Dense(d) => (&d.tensor.shape, "[T, K] or [1, T, K]"),
+        };
+        return Err(value(format!("moe gemm: a must be {want} (the tokens, sorted by expert), got shape {shape:?}")));
     }
     if b.flat {
         return Err(value(format!(
@@ -53,9 +57,9 @@ pub fn grouped_gemm_moe(
             b.values.shape
         )));
     }
-    let (t, n, e) = (a.meta.rows, b.meta.rows, b.meta.l);
+    let (t, n, e) = (am.rows(), b.meta.rows, b.meta.l);
     if offsets.dtype != Dtype::I32 {
-        return Err(value(format!("offsets: must be int32, got {}", offsets.dtype)));
+        return Err(dtype(format!("offsets: must be int32, got {}", offsets.dtype)));
     }
     if offsets.shape != [e] {
         return Err(value(format!(
@@ -63,25 +67,36 @@ pub fn grouped_gemm_moe(
             offsets.shape
         )));
     }
-    validate(Op::MoeGemm { a: Act::Nvfp4(a.meta), b: b.meta, offsets: e, alpha, c: None })?;
+    validate(Op::MoeGemm { a: am, b: b.meta, offsets: e, alpha, c: None })?;
     let shape = [1, t, n];
-    check_out(&out, shape, a.flat)?;
+    check_out(&out, shape, act::flat(&a))?;
     match call.device() {
         Device::Cpu => {
-            let ends = offsets.host_bytes(4)?.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]));
-            let p = MoeGemm::new(a.to_host()?, b.to_host()?, ends.collect(), alpha).py()?;
-            let (routed, dtype) = (p.routed_tokens(), out_dtype(&out));
-            let c = py.detach(move || CpuBackend.moe_gemm_as(&p, dtype)).py()?;
+            let ends: Vec<i32> =
+                offsets.host_bytes(4)?.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            let (bh, dtype) = (b.to_host()?, out_dtype(&out));
+            let (c, routed) = match act::to_host(&a)? {
+                Act::Nvfp4(ah) => {
+                    let p = MoeGemm::new(ah, bh, ends, alpha).py()?;
+                    let routed = p.routed_tokens();
+                    (py.detach(move || CpuBackend.moe_gemm_as(&p, dtype)).py()?, routed)
+                }
+                Act::Dense(ah) => {
+                    let p = MoeGemm::new(ah, bh, ends, alpha).py()?;
+                    let routed = p.routed_tokens();
+                    (py.detach(move || CpuBackend.moe_gemm16_as(&p, dtype)).py()?, routed)
+                }
+            };
             out.write_host_prefix(&c.to_le_bytes()[..routed * n * 2], 2)
         }
         Device::Cuda(d) => {
-            let (av, bv, cv) = (a.view()?, b.view()?, out_view(&out, shape)?);
+            let (av, bv, cv) = (act::view(&a)?, b.view()?, out_view(&out, shape)?);
             // SAFETY: a CUDA int32 tensor of the call's device holding exactly E values, dense
             // (checked above and at import), kept alive by the caller's framework while the
             // enqueued kernels run; the kernels clamp its values into [0, T].
             let ov = unsafe { I32View::from_raw(offsets.ptr, e) }.py()?;
             let k = key(OP_MOE, &[&a, &b], &[&out, &offsets], &[alpha]);
-            launch(py, &call, d, k, || DeviceOp::MoeGemm { a: Act::Nvfp4(&av), b: &bv, offsets: &ov, alpha, c: &cv })
+            launch(py, &call, d, k, || DeviceOp::MoeGemm { a: act::borrow(&av), b: &bv, offsets: &ov, alpha, c: &cv })
         }
     }
 }

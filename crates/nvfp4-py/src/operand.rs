@@ -7,7 +7,7 @@ use nvfp4::{Nvfp4Tensor, OutputDtype, ScaleLayout};
 
 use pyo3::prelude::*;
 
-use crate::error::{value, IntoPy, PyResult};
+use crate::error::{dtype, value, IntoPy, PyResult};
 use crate::tensor::{Dtype, Tensor};
 
 /// The scale layout the caller asked for, if any.
@@ -127,10 +127,18 @@ impl Operand {
     pub fn new(values: Tensor, scales: Tensor, layout: Option<ScaleLayout>) -> PyResult<Self> {
         let (v, s) = (&values, &scales);
         if v.dtype != Dtype::U8 && v.dtype != Dtype::E2m1x2 {
-            return Err(value(format!("{}: packed values must be uint8 or float4_e2m1fn_x2, got {}", v.name, v.dtype)));
+            // A dense activation is passed without scales: say so where one came with them.
+            let hint = match v.dtype {
+                Dtype::F16 | Dtype::Bf16 => format!(" (a dense {} activation takes {}=None: W4A16)", v.dtype, s.name),
+                _ => String::new(),
+            };
+            return Err(dtype(format!(
+                "{}: packed values must be uint8 or float4_e2m1fn_x2, got {}{hint}",
+                v.name, v.dtype
+            )));
         }
         if s.dtype != Dtype::U8 && s.dtype != Dtype::E4m3 {
-            return Err(value(format!("{}: scales must be float8_e4m3fn or uint8, got {}", s.name, s.dtype)));
+            return Err(dtype(format!("{}: scales must be float8_e4m3fn or uint8, got {}", s.name, s.dtype)));
         }
         let (dims, layout) = scale_layout(&v.shape, &s.shape, layout, [&v.name, &s.name])?;
         let meta = Nvfp4Meta { l: dims.l, rows: dims.rows, k: dims.k, layout, global_scale: 1.0 };
@@ -168,7 +176,7 @@ pub fn out_dtype(out: &Tensor) -> OutputDtype {
 pub fn check_out(out: &Tensor, shape: [usize; 3], flat: bool) -> PyResult<()> {
     out.writable()?;
     if !matches!(out.dtype, Dtype::F16 | Dtype::Bf16) {
-        return Err(value(format!("{}: the output must be float16 or bfloat16, got {}", out.name, out.dtype)));
+        return Err(dtype(format!("{}: the output must be float16 or bfloat16, got {}", out.name, out.dtype)));
     }
     let want: Vec<usize> = if flat { shape[1..].to_vec() } else { shape.to_vec() };
     if out.shape != want {

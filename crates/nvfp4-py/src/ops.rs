@@ -8,6 +8,7 @@ use nvfp4::{Backend, CpuBackend, DualGemm, Gemm, Gemv, OutputDtype, ScaleLayout}
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
+use crate::act::{self, ActViews, Activation, Dense};
 use crate::cuda::launch_cached;
 use crate::error::{value, IntoPy, PyResult};
 use crate::operand::{check_out, out_dtype, out_view, parse_layout, Operand};
@@ -37,6 +38,21 @@ impl Call {
         let values = self.tensor(v, vn)?;
         let scales = self.tensor(s, sn)?;
         Operand::new(values, scales, self.layout)
+    }
+    /// The activation: NVFP4 values `v` with scales `s` (W4A4), or, when `s` is `None`, a dense
+    /// 16-bit tensor `v` (W4A16, SPEC §8).
+    pub(crate) fn activation(
+        &mut self,
+        v: &Bound<'_, PyAny>,
+        s: &Bound<'_, PyAny>,
+        vn: &str,
+        sn: &str,
+    ) -> PyResult<Activation> {
+        if s.is_none() {
+            let t = self.tensor(v, vn)?;
+            return Ok(Act::Dense(Dense::new(t, sn)?));
+        }
+        Ok(Act::Nvfp4(self.operand(v, s, vn, sn)?))
     }
     pub(crate) fn device(&self) -> Device {
         self.imports.device()
@@ -68,20 +84,55 @@ pub(crate) fn validate(op: OpMeta) -> PyResult<()> {
 /// The bound-op cache's name of the grouped GEMM's list form (the MoE form is 4, in `moe`).
 const OP_GROUPED: u64 = 5;
 
-/// What a bound operation's parameters depend on: operation, operand addresses, shapes and
-/// layouts, outputs (address, shape, dtype), alphas.
-pub(crate) fn key(op: u64, operands: &[&Operand], outs: &[&Tensor], alphas: &[Option<f32>]) -> Vec<u64> {
-    let mut k = vec![op];
-    for o in operands {
-        let m = &o.meta;
+/// What of an operand a bound operation's parameters depend on.
+pub(crate) trait KeyPart {
+    /// Appends it to a cache key.
+    fn key_into(&self, k: &mut Vec<u64>);
+}
+
+impl KeyPart for Operand {
+    fn key_into(&self, k: &mut Vec<u64>) {
+        let m = &self.meta;
         k.extend([
-            o.values.ptr,
-            o.scales.ptr,
+            self.values.ptr,
+            self.scales.ptr,
             m.l as u64,
             m.rows as u64,
             m.k as u64,
             (m.layout == ScaleLayout::Blocked) as u64,
         ]);
+    }
+}
+
+impl KeyPart for Activation {
+    /// Its form first (0: NVFP4, 1: dense), so that keys of the two modes never meet.
+    fn key_into(&self, k: &mut Vec<u64>) {
+        match self {
+            Act::Nvfp4(o) => {
+                k.push(0);
+                o.key_into(k);
+            }
+            Act::Dense(d) => {
+                let [l, rows, kk] = d.meta.shape;
+                k.extend([
+                    1,
+                    d.tensor.ptr,
+                    l as u64,
+                    rows as u64,
+                    kk as u64,
+                    (d.meta.dtype == OutputDtype::Bf16) as u64,
+                ]);
+            }
+        }
+    }
+}
+
+/// What a bound operation's parameters depend on: operation, operand addresses, shapes, layouts
+/// and forms, outputs (address, shape, dtype), alphas.
+pub(crate) fn key(op: u64, operands: &[&dyn KeyPart], outs: &[&Tensor], alphas: &[Option<f32>]) -> Vec<u64> {
+    let mut k = vec![op];
+    for o in operands {
+        o.key_into(&mut k);
     }
     for t in outs {
         k.extend([t.ptr, (out_dtype(t) == OutputDtype::Bf16) as u64]);
@@ -104,6 +155,7 @@ pub(crate) fn launch<'v>(
     py.detach(move || launch_cached(ordinal, stream, key, |backend, ws| backend.bind_with(op(), ws)))
 }
 
+/// `c = A·Bᵀ`: A the activation (NVFP4, or dense 16-bit with `sfa` None), B the NVFP4 weight.
 #[pyfunction]
 #[pyo3(signature = (a, sfa, b, sfb, out, alpha=None, layout=None, stream=None))]
 #[allow(clippy::too_many_arguments)]
@@ -118,9 +170,40 @@ pub fn gemm(
     layout: Option<&str>,
     stream: Option<u64>,
 ) -> PyResult<()> {
-    gemm_shaped(py, false, [a, sfa, b, sfb, out], alpha, layout, stream)
+    let mut call = Call::new(stream, layout)?;
+    let a = call.activation(a, sfa, "a", "sfa")?;
+    let b = call.operand(b, sfb, "b", "sfb")?;
+    let out = call.tensor(out, "out")?;
+    let alpha = check_alpha(alpha)?;
+    let am = act::meta(&a);
+    validate(Op::Gemm { a: am, b: b.meta, alpha, c: None })?;
+    let shape = [am.l(), am.rows(), b.meta.rows];
+    check_out(&out, shape, act::flat(&a) && b.flat)?;
+    match call.device() {
+        Device::Cpu => {
+            let (bh, dtype) = (b.to_host()?, out_dtype(&out));
+            let c = match act::to_host(&a)? {
+                Act::Nvfp4(ah) => {
+                    let p = Gemm::new(ah, bh, alpha).py()?;
+                    py.detach(move || CpuBackend.gemm_as(&p, dtype)).py()?
+                }
+                Act::Dense(ah) => {
+                    let p = Gemm::new(ah, bh, alpha).py()?;
+                    py.detach(move || CpuBackend.gemm16_as(&p, dtype)).py()?
+                }
+            };
+            out.write_host(&c.to_le_bytes(), 2)
+        }
+        Device::Cuda(d) => {
+            let (av, bv, cv) = (act::view(&a)?, b.view()?, out_view(&out, shape)?);
+            let k = key(1, &[&a, &b], &[&out], &[alpha]);
+            launch(py, &call, d, k, || DeviceOp::Gemm { a: act::borrow(&av), b: &bv, alpha, c: &cv })
+        }
+    }
 }
 
+/// Batched GEMV `c = A·b`: A the NVFP4 weight matrix, b the activation vector (one row per
+/// batch; NVFP4 in A's scale layout, or dense 16-bit with `sfb` None).
 #[pyfunction]
 #[pyo3(signature = (a, sfa, b, sfb, out, alpha=None, layout=None, stream=None))]
 #[allow(clippy::too_many_arguments)]
@@ -135,56 +218,39 @@ pub fn gemv(
     layout: Option<&str>,
     stream: Option<u64>,
 ) -> PyResult<()> {
-    gemm_shaped(py, true, [a, sfa, b, sfb, out], alpha, layout, stream)
-}
-
-/// A GEMM (`gemv`: a batched GEMV, B with one row per batch and A's scale layout): `c = A·Bᵀ`.
-fn gemm_shaped(
-    py: Python<'_>,
-    gemv: bool,
-    [a, sfa, b, sfb, out]: [&Bound<'_, PyAny>; 5],
-    alpha: Option<f64>,
-    layout: Option<&str>,
-    stream: Option<u64>,
-) -> PyResult<()> {
     let mut call = Call::new(stream, layout)?;
     let a = call.operand(a, sfa, "a", "sfa")?;
-    let b = call.operand(b, sfb, "b", "sfb")?;
+    let b = call.activation(b, sfb, "b", "sfb")?;
     let out = call.tensor(out, "out")?;
     let alpha = check_alpha(alpha)?;
-    validate(if gemv {
-        Op::Gemv { a: a.meta, b: Act::Nvfp4(b.meta), alpha, c: None }
-    } else {
-        Op::Gemm { a: Act::Nvfp4(a.meta), b: b.meta, alpha, c: None }
-    })?;
-    // The GEMV kernel reads both operands in one scale layout: refused on both devices alike.
-    if gemv && a.meta.layout != b.meta.layout {
-        return Err(value("gemv: a and b must share one scale layout"));
+    validate(Op::Gemv { a: a.meta, b: act::meta(&b), alpha, c: None })?;
+    // The GEMV kernel reads both NVFP4 operands in one scale layout: refused on both devices alike.
+    if let Act::Nvfp4(bq) = &b {
+        if a.meta.layout != bq.meta.layout {
+            return Err(value("gemv: a and b must share one scale layout"));
+        }
     }
-    let shape = [a.meta.l, a.meta.rows, b.meta.rows];
-    check_out(&out, shape, a.flat && b.flat)?;
+    let shape = [a.meta.l, a.meta.rows, 1];
+    check_out(&out, shape, a.flat && act::flat(&b))?;
     match call.device() {
         Device::Cpu => {
-            let (ah, bh, dtype) = (a.to_host()?, b.to_host()?, out_dtype(&out));
-            let c = if gemv {
-                let p = Gemv::new(ah, bh, alpha).py()?;
-                py.detach(move || CpuBackend.gemv_as(&p, dtype)).py()?
-            } else {
-                let p = Gemm::new(ah, bh, alpha).py()?;
-                py.detach(move || CpuBackend.gemm_as(&p, dtype)).py()?
+            let (ah, dtype) = (a.to_host()?, out_dtype(&out));
+            let c = match act::to_host(&b)? {
+                Act::Nvfp4(bh) => {
+                    let p = Gemv::new(ah, bh, alpha).py()?;
+                    py.detach(move || CpuBackend.gemv_as(&p, dtype)).py()?
+                }
+                Act::Dense(bh) => {
+                    let p = Gemv::new(ah, bh, alpha).py()?;
+                    py.detach(move || CpuBackend.gemv16_as(&p, dtype)).py()?
+                }
             };
             out.write_host(&c.to_le_bytes(), 2)
         }
         Device::Cuda(d) => {
-            let (av, bv, cv) = (a.view()?, b.view()?, out_view(&out, shape)?);
-            let k = key(if gemv { 2 } else { 1 }, &[&a, &b], &[&out], &[alpha]);
-            launch(py, &call, d, k, || {
-                if gemv {
-                    DeviceOp::Gemv { a: &av, b: Act::Nvfp4(&bv), alpha, c: &cv }
-                } else {
-                    DeviceOp::Gemm { a: Act::Nvfp4(&av), b: &bv, alpha, c: &cv }
-                }
-            })
+            let (av, bv, cv) = (a.view()?, act::view(&b)?, out_view(&out, shape)?);
+            let k = key(2, &[&a, &b], &[&out], &[alpha]);
+            launch(py, &call, d, k, || DeviceOp::Gemv { a: &av, b: act::borrow(&bv), alpha, c: &cv })
         }
     }
 }
@@ -206,25 +272,34 @@ pub fn dual_gemm(
     stream: Option<u64>,
 ) -> PyResult<()> {
     let mut call = Call::new(stream, layout)?;
-    let a = call.operand(a, sfa, "a", "sfa")?;
+    let a = call.activation(a, sfa, "a", "sfa")?;
     let b1 = call.operand(b1, sfb1, "b1", "sfb1")?;
     let b2 = call.operand(b2, sfb2, "b2", "sfb2")?;
     let out = call.tensor(out, "out")?;
     let alpha = check_alpha(alpha)?;
-    validate(Op::DualGemm { a: Act::Nvfp4(a.meta), b1: b1.meta, b2: b2.meta, alpha, c: None })?;
-    let shape = [a.meta.l, a.meta.rows, b1.meta.rows];
-    check_out(&out, shape, a.flat && b1.flat && b2.flat)?;
+    let am = act::meta(&a);
+    validate(Op::DualGemm { a: am, b1: b1.meta, b2: b2.meta, alpha, c: None })?;
+    let shape = [am.l(), am.rows(), b1.meta.rows];
+    check_out(&out, shape, act::flat(&a) && b1.flat && b2.flat)?;
     match call.device() {
         Device::Cpu => {
-            let p = DualGemm::new(a.to_host()?, b1.to_host()?, b2.to_host()?, alpha).py()?;
-            let dtype = out_dtype(&out);
-            let c = py.detach(move || CpuBackend.dual_gemm_as(&p, dtype)).py()?;
+            let (b1h, b2h, dtype) = (b1.to_host()?, b2.to_host()?, out_dtype(&out));
+            let c = match act::to_host(&a)? {
+                Act::Nvfp4(ah) => {
+                    let p = DualGemm::new(ah, b1h, b2h, alpha).py()?;
+                    py.detach(move || CpuBackend.dual_gemm_as(&p, dtype)).py()?
+                }
+                Act::Dense(ah) => {
+                    let p = DualGemm::new(ah, b1h, b2h, alpha).py()?;
+                    py.detach(move || CpuBackend.dual_gemm16_as(&p, dtype)).py()?
+                }
+            };
             out.write_host(&c.to_le_bytes(), 2)
         }
         Device::Cuda(d) => {
-            let (av, b1v, b2v, cv) = (a.view()?, b1.view()?, b2.view()?, out_view(&out, shape)?);
+            let (av, b1v, b2v, cv) = (act::view(&a)?, b1.view()?, b2.view()?, out_view(&out, shape)?);
             let k = key(3, &[&a, &b1, &b2], &[&out], &[alpha]);
-            launch(py, &call, d, k, || DeviceOp::DualGemm { a: Act::Nvfp4(&av), b1: &b1v, b2: &b2v, alpha, c: &cv })
+            launch(py, &call, d, k, || DeviceOp::DualGemm { a: act::borrow(&av), b1: &b1v, b2: &b2v, alpha, c: &cv })
         }
     }
 }
@@ -271,23 +346,25 @@ pub fn grouped_gemm(
     for (i, item) in groups.iter().enumerate() {
         let t: (Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>, Bound<'_, PyAny>) =
             item.extract().map_err(|_| crate::error::kind(format!("groups[{i}] must be a tuple (a, sfa, b, sfb)")))?;
-        let a = call.operand(&t.0, &t.1, &format!("groups[{i}].a"), &format!("groups[{i}].sfa"))?;
+        let a = call.activation(&t.0, &t.1, &format!("groups[{i}].a"), &format!("groups[{i}].sfa"))?;
         let b = call.operand(&t.2, &t.3, &format!("groups[{i}].b"), &format!("groups[{i}].sfb"))?;
         pairs.push((a, b));
     }
-    // The operation's rules first (a group's L or K), then each output against its group.
+    // The operation's rules first (a group's L or K, one activation form for all), then each
+    // output against its group.
     validate(Op::GroupedGemm(
         pairs
             .iter()
             .zip(&alphas)
-            .map(|((a, b), &alpha)| Group { a: Act::Nvfp4(a.meta), b: b.meta, alpha, c: None })
+            .map(|((a, b), &alpha)| Group { a: act::meta(a), b: b.meta, alpha, c: None })
             .collect(),
     ))?;
     let mut ops = Vec::with_capacity(g);
     for (i, (a, b)) in pairs.into_iter().enumerate() {
         let out = call.tensor(&outs.get_item(i)?, &format!("outs[{i}]"))?;
-        let shape = [1, a.meta.rows, b.meta.rows];
-        check_out(&out, shape, a.flat && b.flat)?;
+        let am = act::meta(&a);
+        let shape = [1, am.rows(), b.meta.rows];
+        check_out(&out, shape, act::flat(&a) && b.flat)?;
         ops.push((a, b, out, shape));
     }
     match call.device() {
@@ -295,24 +372,33 @@ pub fn grouped_gemm(
             // Each group as a GEMM (the CPU reference has no launch to share), in its output's
             // dtype: a list may mix them.
             for ((a, b, out, _), al) in ops.iter().zip(&alphas) {
-                let p = Gemm::new(a.to_host()?, b.to_host()?, *al).py()?;
-                let dtype = out_dtype(out);
-                let c = py.detach(move || CpuBackend.gemm_as(&p, dtype)).py()?;
+                let (bh, dtype) = (b.to_host()?, out_dtype(out));
+                let c = match act::to_host(a)? {
+                    Act::Nvfp4(ah) => {
+                        let p = Gemm::new(ah, bh, *al).py()?;
+                        py.detach(move || CpuBackend.gemm_as(&p, dtype)).py()?
+                    }
+                    Act::Dense(ah) => {
+                        let p = Gemm::new(ah, bh, *al).py()?;
+                        py.detach(move || CpuBackend.gemm16_as(&p, dtype)).py()?
+                    }
+                };
                 out.write_host(&c.to_le_bytes(), 2)?;
             }
             Ok(())
         }
         Device::Cuda(d) => {
-            let mut views: Vec<(Nvfp4View, Nvfp4View, F16View)> = Vec::with_capacity(g);
+            let mut views: Vec<(ActViews, Nvfp4View, F16View)> = Vec::with_capacity(g);
             for (a, b, out, shape) in &ops {
-                views.push((a.view()?, b.view()?, out_view(out, *shape)?));
+                views.push((act::view(a)?, b.view()?, out_view(out, *shape)?));
             }
             let gv: Vec<GemmViews<'_>> = views
                 .iter()
                 .zip(&alphas)
-                .map(|((a, b, c), al)| GemmViews { a: Act::Nvfp4(a), b, alpha: *al, c })
+                .map(|((a, b, c), al)| GemmViews { a: act::borrow(a), b, alpha: *al, c })
                 .collect();
-            let operands: Vec<&Operand> = ops.iter().flat_map(|(a, b, _, _)| [a, b]).collect();
+            let operands: Vec<&dyn KeyPart> =
+                ops.iter().flat_map(|(a, b, _, _)| [a as &dyn KeyPart, b as &dyn KeyPart]).collect();
             let outs: Vec<&Tensor> = ops.iter().map(|(_, _, out, _)| out).collect();
             let k = key(OP_GROUPED, &operands, &outs, &alphas);
             launch(py, &call, d, k, move || DeviceOp::GroupedGemm(gv))

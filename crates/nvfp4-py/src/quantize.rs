@@ -10,7 +10,7 @@ use nvfp4::ScaleLayout;
 use pyo3::prelude::*;
 
 use crate::cuda::with_device;
-use crate::error::{kind, value, IntoPy, PyResult};
+use crate::error::{dtype, kind, value, IntoPy, PyResult};
 use crate::operand::{parse_layout, Operand};
 use crate::tensor::{Device, Dtype, Importer, Tensor};
 
@@ -19,7 +19,7 @@ fn dense_type(t: &Tensor) -> PyResult<DenseType> {
         Dtype::F32 => Ok(DenseType::F32),
         Dtype::F16 => Ok(DenseType::F16),
         Dtype::Bf16 => Ok(DenseType::Bf16),
-        d => Err(value(format!("{}: quantize takes float32, float16 or bfloat16, got {d}", t.name))),
+        d => Err(dtype(format!("{}: quantize takes float32, float16 or bfloat16, got {d}", t.name))),
     }
 }
 

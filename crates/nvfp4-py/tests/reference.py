@@ -82,3 +82,38 @@ def bf16_bits(x):
     t[inexact] |= 1
     t = t.astype(np.uint64)
     return ((t + 0x7FFF + ((t >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+# ---- W4A16 (SPEC §8): dense 16-bit activations --------------------------------------------------
+
+LEVELS = np.array([0.0, 0.5, -0.5, 1.0, -1.0, 1.5, -1.5, 2.0, -2.0])
+
+
+def activation(rng, shape, exps=(-2, -1, 0, 1)):
+    """Exact-tier activations, float64: {0, ±0.5, ±1, ±1.5, ±2} times a power of two, exact in
+    float16 and bfloat16, so that every product with a weight value and every sum of them is
+    exact in float64 (and float32 for the sizes the tests use)."""
+    return LEVELS[rng.integers(0, len(LEVELS), shape)] * 2.0 ** rng.choice(exps, shape)
+
+
+def round_bits(x64, dtype):
+    """float64 -> the bits (uint16) of float16 or bfloat16, rounded once to nearest even."""
+    if dtype == "float16":
+        with np.errstate(over="ignore"):
+            return np.asarray(x64, np.float64).astype(np.float16).view(np.uint16)
+    return bf16_bits(x64)
+
+
+def gemm16_ref(x64, w, sfw, alpha=1.0):
+    """W4A16 GEMM in float64: x [.., M, K] times the decoded weight [.., N, K] transposed, times
+    alpha as the kernels take it (float32)."""
+    return np.matmul(x64, np.swapaxes(decode(w, sfw), -1, -2)) * np.float64(np.float32(alpha))
+
+
+def dual16_gate(x64, w1, s1, w2, s2, alpha=1.0):
+    """The W4A16 dual GEMM as SPEC §3 computes it: both products times alpha rounded to float32,
+    the gate in float32; as float64."""
+    x1 = gemm16_ref(x64, w1, s1, alpha).astype(np.float32)
+    x2 = gemm16_ref(x64, w2, s2, alpha).astype(np.float32)
+    with np.errstate(over="ignore"):
+        return (x1 / (np.float32(1) + np.exp(-x1)) * x2).astype(np.float64)

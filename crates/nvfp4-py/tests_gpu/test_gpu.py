@@ -505,7 +505,7 @@ def test_two_streams(g):
 
 
 @pytest.mark.parametrize("convention", ["modelopt", "compressed-tensors"])
-def test_linear_matches_dequantized_twin(convention):
+def test_linear_w4a4_matches_dequantized_twin(convention):
     torch.manual_seed(5)
     n, k = 384, 1024
     w = torch.randn(n, k, device=DEV) * 0.05
@@ -521,7 +521,7 @@ def test_linear_matches_dequantized_twin(convention):
             "weight_global_scale": 1.0 / wg[0],
             "input_global_scale": torch.tensor(1.0 / input_scale),
         }
-    layer = nvt.Linear.from_state_dict(sd, out_dtype=torch.bfloat16)
+    layer = nvt.Linear.from_state_dict(sd, out_dtype=torch.bfloat16, mode="w4a4")
     y = layer(x)
     assert y.shape == (4, 33, n) and y.dtype == torch.bfloat16
     # The twin: the same NVFP4 activations and weight, dequantized, in float64.

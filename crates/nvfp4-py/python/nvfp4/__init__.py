@@ -4,6 +4,22 @@ Every operation takes NVFP4 operands as (packed values, scales): values uint8 (o
 torch.float4_e2m1fn_x2) of shape [rows, K/2] or [L, rows, K/2], two E2M1 per byte with the even k
 in the low nibble; scales float8_e4m3fn (or uint8), one E4M3 per 16 values along K.
 
+Two modes (SPEC §8). W4A4: the activation is NVFP4 too, as above (what a Blackwell GPU computes
+for a checkpoint with activation quantization). W4A16: the activation is a dense float16 or
+bfloat16 tensor [rows, K] or [L, rows, K], passed with ``None`` for its scales, and the weights
+stay NVFP4; the result is in the activation's dtype unless ``out_dtype``/``out`` say otherwise:
+
+    gemm(x, None, w, sfw, alpha=g)                 # x [M, K] or [L, M, K] -> [.., M, N]
+    gemv(w, sfw, x, None, alpha=g)                 # the vector x [1, K] or [L, 1, K] -> [.., M, 1]
+    dual_gemm(x, None, w1, s1, w2, s2, alpha=g)    # silu(x @ w1^T) * (x @ w2^T)
+    grouped_gemm([(x0, None, w0, s0), ...], alpha=[g0, ...])   # every group one mode
+    grouped_gemm((x, None, w, sfw), offsets=offs, alpha=g)     # MoE: x [T, K], w [E, N, K/2]
+
+The activation is the GEMM's ``a`` (each group's, the MoE tokens) and the GEMV's vector ``b``
+(whose matrix ``a`` is the weight). In W4A16 ``alpha`` is the weight's global scale alone
+(ModelOpt ``weight_scale_2``; 1 / compressed-tensors ``weight_global_scale``): a dense
+activation has none. Products accumulate in float32 and round once to the output.
+
 Scale shapes (R = ceil(rows/128), C = ceil(K/64)): plain scales have the values' shape with K/16
 in place of K/2 ([rows, K/16] or [L, rows, K/16]); blocked scales (SPEC §2's 128x4 tiles) are
 [L, R, C, 512], or [R, C, 512] when L = 1. A 1-D tensor is plain when it holds L*rows*K/16 bytes
@@ -23,15 +39,20 @@ call, so the operations work under ``torch.cuda.stream`` and CUDA graph capture)
 accumulator; ``alpha`` multiplies before that rounding. ``out=`` writes into an existing tensor.
 NumPy has no bfloat16: a bfloat16 result of NumPy operands is a CPU torch tensor (torch needed).
 
-Errors: ``ValueError`` (shapes, dtypes, layouts, arrays DLPack cannot carry such as big-endian
-ones), ``TypeError`` (not a tensor), ``RuntimeError`` (CUDA, and a CPU operation whose working
-memory the host does not have, refused before anything is allocated).
+NumPy has no bfloat16 either: a bfloat16 activation is a torch tensor (CPU or CUDA); a float16
+one may be a NumPy array.
+
+Errors: ``ValueError`` (shapes, layouts, arrays DLPack cannot carry such as big-endian ones),
+``DtypeError`` (a tensor of an element type its argument does not take, such as a float32
+activation with ``None`` scales; a subclass of both ``TypeError`` and ``ValueError``),
+``TypeError`` (not a tensor), ``RuntimeError`` (CUDA, and a CPU operation whose working memory the
+host does not have, refused before anything is allocated).
 """
 
 from . import _nvfp4
-from ._nvfp4 import __version__, cuda_available
+from ._nvfp4 import DtypeError, __version__, cuda_available
 
-__all__ = ["gemv", "gemm", "dual_gemm", "grouped_gemm", "quantize", "cuda_available", "__version__"]
+__all__ = ["gemv", "gemm", "dual_gemm", "grouped_gemm", "quantize", "cuda_available", "DtypeError", "__version__"]
 
 try:  # torch is optional: NumPy arrays work without it.
     import torch as _torch
@@ -95,10 +116,11 @@ def _shape(t, name):
         raise TypeError(f"{name}: expected a tensor or array, got {type(t).__name__}") from None
 
 
-def _rows(t, name):
+def _rows(t, name, dense=False):
     s = _shape(t, name)
     if len(s) not in (2, 3):
-        raise ValueError(f"{name}: packed values must be [rows, K/2] or [L, rows, K/2], got shape {list(s)}")
+        what = "a dense activation must be [rows, K]" if dense else "packed values must be [rows, K/2]"
+        raise ValueError(f"{name}: {what} or [L, rows, {'K' if dense else 'K/2'}], got shape {list(s)}")
     return s
 
 
@@ -120,8 +142,8 @@ def _zeros(like, shape, dtype="float16"):
     return out
 
 
-def _out_shape(a, b, n):
-    sa, sb = _rows(a, "a"), _rows(b, "b")
+def _out_shape(a, b, n, dense_a=False, dense_b=False):
+    sa, sb = _rows(a, "a", dense_a), _rows(b, "b", dense_b)
     if len(sa) == 2 and len(sb) == 2:
         return (sa[0], n)
     return (sa[0] if len(sa) == 3 else 1, sa[-2], n)
@@ -141,10 +163,20 @@ def _dtype_name(d):
         return str(d)
 
 
-def _out_dtype(out_dtype, out):
-    """The output type: ``out_dtype`` (float16 or bfloat16; default float16), which a given ``out``
-    (one tensor or a list) must have."""
-    name = "float16" if out_dtype is None else _dtype_name(out_dtype)
+def _default_dtype(dense):
+    """The output type when none is named: a dense activation's own (W4A16), float16 for an NVFP4
+    one (``dense`` None). A dense activation of another dtype gets float16 here and a
+    ``DtypeError`` from the operation."""
+    if dense is None:
+        return "float16"
+    name = _dtype_name(getattr(dense, "dtype", None))
+    return name if name in ("float16", "bfloat16") else "float16"
+
+
+def _out_dtype(out_dtype, out, dense=None):
+    """The output type: ``out_dtype`` (float16 or bfloat16; default float16, or the dtype of the
+    dense activation ``dense``), which a given ``out`` (one tensor or a list) must have."""
+    name = _default_dtype(dense) if out_dtype is None else _dtype_name(out_dtype)
     if name not in ("float16", "bfloat16"):
         raise ValueError(f"out_dtype must be float16 or bfloat16, got {out_dtype}")
     if out is not None and out_dtype is not None:
@@ -155,32 +187,46 @@ def _out_dtype(out_dtype, out):
     return name
 
 
+def _dense(x, scales):
+    """x when it is a dense activation (its scales None: W4A16), else None."""
+    return x if scales is None else None
+
+
 def gemm(a, sfa, b, sfb, *, alpha=None, layout=None, out=None, out_dtype=None):
     """c[l, m, n] = alpha * sum_k A[l, m, k] * B[l, n, k] (A @ B^T, B rows are N like a Linear
-    weight); ``alpha``: the product of A's and B's global scales, if they have any."""
-    dtype = _out_dtype(out_dtype, out)
+    weight). A is the activation: NVFP4 (a, sfa), or dense float16/bfloat16 [M, K] or [L, M, K]
+    with ``sfa=None`` (W4A16; the result then defaults to A's dtype). ``alpha``: the product of
+    the operands' global scales (W4A16: the weight's)."""
+    dense = _dense(a, sfa)
+    dtype = _out_dtype(out_dtype, out, dense)
     if out is None:
-        out = _empty(a, _out_shape(a, b, _rows(b, "b")[-2]), dtype)
+        out = _empty(a, _out_shape(a, b, _rows(b, "b")[-2], dense_a=dense is not None), dtype)
     _nvfp4.gemm(*_args(a, sfa, b, sfb), out, alpha, layout, _stream(a))
     return out
 
 
 def gemv(a, sfa, b, sfb, *, alpha=None, layout=None, out=None, out_dtype=None):
-    """Batched GEMV: c[l, m] = alpha * sum_k A[l, m, k] * B[l, k]; b is [L, 1, K/2]; output
-    [L, M, 1]; ``alpha``: the product of the global scales, if any."""
-    dtype = _out_dtype(out_dtype, out)
+    """Batched GEMV: c[l, m] = alpha * sum_k A[l, m, k] * B[l, k]; A [L, M, K/2] the NVFP4
+    matrix (the weight), b the vector [L, 1, K/2] (or [1, K/2]); output [L, M, 1]. The vector is
+    the activation: NVFP4 (b, sfb), or dense float16/bfloat16 [L, 1, K] (or [1, K]) with
+    ``sfb=None`` (W4A16; the result then defaults to b's dtype). ``alpha``: the product of the
+    global scales (W4A16: the matrix's)."""
+    dense = _dense(b, sfb)
+    dtype = _out_dtype(out_dtype, out, dense)
     if out is None:
-        out = _empty(a, _out_shape(a, b, 1), dtype)
+        out = _empty(a, _out_shape(a, b, 1, dense_b=dense is not None), dtype)
     _nvfp4.gemv(*_args(a, sfa, b, sfb), out, alpha, layout, _stream(a))
     return out
 
 
 def dual_gemm(a, sfa, b1, sfb1, b2, sfb2, *, alpha=None, layout=None, out=None, out_dtype=None):
     """Gated dual GEMM (SwiGLU): f16(silu(A @ B1^T) * (A @ B2^T)) (or bf16), alpha (the product
-    of the global scales, B1 and B2 sharing one) applied to each product."""
-    dtype = _out_dtype(out_dtype, out)
+    of the global scales, B1 and B2 sharing one) applied to each product. A is NVFP4, or dense
+    float16/bfloat16 with ``sfa=None`` (W4A16; the result then defaults to A's dtype)."""
+    dense = _dense(a, sfa)
+    dtype = _out_dtype(out_dtype, out, dense)
     if out is None:
-        out = _empty(a, _out_shape(a, b1, _rows(b1, "b1")[-2]), dtype)
+        out = _empty(a, _out_shape(a, b1, _rows(b1, "b1")[-2], dense_a=dense is not None), dtype)
     _nvfp4.dual_gemm(*_args(a, sfa, b1, sfb1, b2, sfb2), out, alpha, layout, _stream(a))
     return out
 
@@ -201,19 +247,28 @@ def grouped_gemm(groups, *, alpha=None, layout=None, out=None, out_dtype=None, o
       GPU only the kernel reads the offsets (no host synchronization: a captured CUDA graph may
       change them between replays, values are clamped into [0, T]); on the CPU they must not
       decrease and lie in [0, T].
+
+    W4A16 in both forms: each activation dense float16/bfloat16 ([M_g, K_g]; the MoE tokens
+    [T, K]) with ``None`` for its scales, and ``alpha`` the weights' global scales. The groups of
+    one call share one mode and one activation dtype (one launch); the outputs default to it.
     """
-    dtype = _out_dtype(out_dtype, out)
     if offsets is not None:
-        return _grouped_moe(groups, offsets, alpha, layout, out, dtype)
+        return _grouped_moe(groups, offsets, alpha, layout, out, out_dtype)
     if not isinstance(groups, (list, tuple)):
         raise TypeError("groups must be a list of (a, sfa, b, sfb) tuples")
     groups = [tuple(g) for g in groups]
     for i, g in enumerate(groups):
         if len(g) != 4:
             raise TypeError(f"groups[{i}] must be a tuple (a, sfa, b, sfb)")
+    dtype = _out_dtype(out_dtype, out, _dense(groups[0][0], groups[0][1]) if groups else None)
     if out is None:
         out = [
-            _empty(g[0], _out_shape(g[0], g[2], _rows(g[2], f"groups[{i}].b")[-2]), dtype) for i, g in enumerate(groups)
+            _empty(
+                g[0],
+                _out_shape(g[0], g[2], _rows(g[2], f"groups[{i}].b")[-2], dense_a=g[1] is None),
+                dtype,
+            )
+            for i, g in enumerate(groups)
         ]
     groups = [_args(*g) for g in groups]
     first = groups[0][0] if groups else None
@@ -221,15 +276,16 @@ def grouped_gemm(groups, *, alpha=None, layout=None, out=None, out_dtype=None, o
     return list(out)
 
 
-def _grouped_moe(operands, offsets, alpha, layout, out, dtype):
+def _grouped_moe(operands, offsets, alpha, layout, out, out_dtype):
     """The MoE form of ``grouped_gemm`` (see there)."""
     if isinstance(operands, list) and len(operands) == 1:
         operands = operands[0]
     if not isinstance(operands, (list, tuple)) or len(operands) != 4:
         raise TypeError("grouped_gemm(offsets=...): groups must be one tuple (a, sfa, b, sfb)")
     a, sfa, b, sfb = operands
+    dtype = _out_dtype(out_dtype, out, _dense(a, sfa))
     if out is None:
-        sa, sb = _rows(a, "a"), _shape(b, "b")
+        sa, sb = _rows(a, "a", sfa is None), _shape(b, "b")
         if len(sb) != 3:
             raise ValueError(f"moe gemm: b must be [E, N, K/2] (one weight per expert), got shape {list(sb)}")
         out = _zeros(a, sa[:-1] + (sb[1],), dtype)

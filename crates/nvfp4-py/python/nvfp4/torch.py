@@ -5,7 +5,10 @@ built from a ModelOpt or compressed-tensors checkpoint.
 The ops are registered with ``torch.library.Library`` define/impl (cheaper per call than
 ``@torch.library.custom_op``): ``nvfp4::gemm``, ``nvfp4::gemv``, ``nvfp4::dual_gemm``,
 ``nvfp4::grouped_gemm``, ``nvfp4::grouped_gemm_moe`` (the MoE form: tokens, stacked expert
-weights, int32 offsets), ``nvfp4::quantize``.
+weights, int32 offsets), ``nvfp4::quantize``. The activation's scales are optional (``None``: a
+dense float16/bfloat16 activation, W4A16, whose dtype the result takes unless ``out_dtype`` is
+given): ``sfa`` of gemm, dual_gemm and grouped_gemm_moe, each group's of grouped_gemm, and the
+GEMV vector's ``sfb``.
 """
 
 import torch
@@ -15,24 +18,33 @@ import nvfp4 as _nv
 _lib = torch.library.Library("nvfp4", "DEF")
 # out_dtype: float16 (None) or bfloat16, rounded once; layout: the scales' layout where their shape
 # reads both ways (last, so that calls passing the others by position keep working).
+# The activation's scales (sfa; the GEMV vector's sfb) are optional: None marks a dense 16-bit
+# activation (W4A16).
 _OUT = "ScalarType? out_dtype=None, str? layout=None"
-_lib.define(f"gemm(Tensor a, Tensor sfa, Tensor b, Tensor sfb, float? alpha=None, {_OUT}) -> Tensor")
-_lib.define(f"gemv(Tensor a, Tensor sfa, Tensor b, Tensor sfb, float? alpha=None, {_OUT}) -> Tensor")
+_lib.define(f"gemm(Tensor a, Tensor? sfa, Tensor b, Tensor sfb, float? alpha=None, {_OUT}) -> Tensor")
+_lib.define(f"gemv(Tensor a, Tensor sfa, Tensor b, Tensor? sfb, float? alpha=None, {_OUT}) -> Tensor")
 _lib.define(
-    "dual_gemm(Tensor a, Tensor sfa, Tensor b1, Tensor sfb1, Tensor b2, Tensor sfb2, float? alpha=None, "
+    "dual_gemm(Tensor a, Tensor? sfa, Tensor b1, Tensor sfb1, Tensor b2, Tensor sfb2, float? alpha=None, "
     f"{_OUT}) -> Tensor"
 )
-_lib.define(f"grouped_gemm(Tensor[] a, Tensor[] sfa, Tensor[] b, Tensor[] sfb, float[]? alpha=None, {_OUT}) -> Tensor[]")
 _lib.define(
-    "grouped_gemm_moe(Tensor a, Tensor sfa, Tensor b, Tensor sfb, Tensor offsets, float? alpha=None, "
+    f"grouped_gemm(Tensor[] a, Tensor?[] sfa, Tensor[] b, Tensor[] sfb, float[]? alpha=None, {_OUT}) -> Tensor[]"
+)
+_lib.define(
+    "grouped_gemm_moe(Tensor a, Tensor? sfa, Tensor b, Tensor sfb, Tensor offsets, float? alpha=None, "
     f"{_OUT}) -> Tensor"
 )
 _lib.define("quantize(Tensor x, float? global_scale=None, str layout='plain') -> (Tensor, Tensor, Tensor)")
 
 
-def _out(a, n, out_dtype=None):
+def _out(a, n, out_dtype=None, dense=None):
+    """The output of the fake implementations: a's leading dimensions and n columns, in
+    ``out_dtype``, else the dense activation's dtype (W4A16), else float16; as the real
+    operations allocate it."""
     lead = (a.shape[0], a.shape[1]) if a.dim() == 3 else (a.shape[0],)
-    return a.new_empty(lead + (n,), dtype=out_dtype or torch.float16)
+    if out_dtype is None:
+        out_dtype = getattr(torch, _nv._default_dtype(dense))
+    return a.new_empty(lead + (n,), dtype=out_dtype)
 
 
 def _gemm(a, sfa, b, sfb, alpha=None, out_dtype=None, layout=None):
@@ -73,27 +85,28 @@ for _name, _fn in (
 
 @torch.library.register_fake("nvfp4::gemm")
 def _gemm_fake(a, sfa, b, sfb, alpha=None, out_dtype=None, layout=None):
-    return _out(a, b.shape[-2], out_dtype)
+    return _out(a, b.shape[-2], out_dtype, _nv._dense(a, sfa))
 
 
 @torch.library.register_fake("nvfp4::gemv")
 def _gemv_fake(a, sfa, b, sfb, alpha=None, out_dtype=None, layout=None):
-    return _out(a, 1, out_dtype)
+    return _out(a, 1, out_dtype, _nv._dense(b, sfb))
 
 
 @torch.library.register_fake("nvfp4::dual_gemm")
 def _dual_fake(a, sfa, b1, sfb1, b2, sfb2, alpha=None, out_dtype=None, layout=None):
-    return _out(a, b1.shape[-2], out_dtype)
+    return _out(a, b1.shape[-2], out_dtype, _nv._dense(a, sfa))
 
 
 @torch.library.register_fake("nvfp4::grouped_gemm")
 def _grouped_fake(a, sfa, b, sfb, alpha=None, out_dtype=None, layout=None):
-    return [_out(x, y.shape[-2], out_dtype) for x, y in zip(a, b)]
+    dense = _nv._dense(a[0], sfa[0]) if len(a) and len(sfa) else None
+    return [_out(x, y.shape[-2], out_dtype, dense) for x, y in zip(a, b)]
 
 
 @torch.library.register_fake("nvfp4::grouped_gemm_moe")
 def _grouped_moe_fake(a, sfa, b, sfb, offsets, alpha=None, out_dtype=None, layout=None):
-    return _out(a, b.shape[-2], out_dtype)
+    return _out(a, b.shape[-2], out_dtype, _nv._dense(a, sfa))
 
 
 @torch.library.register_fake("nvfp4::quantize")
@@ -140,24 +153,52 @@ def _unblock(blocked, values_shape):
     return blocked.reshape(-1)[off]
 
 
-class Linear(torch.nn.Module):
-    """y = x @ W^T (+ bias) with an NVFP4 weight W [N, K] and NVFP4 activations.
+MODES = ("w4a16", "w4a4")
 
-    ``forward`` quantizes x on the GPU with the checkpoint's activation global scale
-    ``input_scale`` (ModelOpt; the inverse of compressed-tensors' ``input_global_scale``) and runs
-    the NVFP4 GEMM with alpha = input_scale * weight_global: what a Blackwell GPU computes for the
-    same checkpoint. Without an ``input_scale`` the activation scale is the per-call amax (a host
-    synchronization: not capturable in a CUDA graph). The GEMM rounds once to ``out_dtype`` when it
-    is float16 or bfloat16 (the bias, if any, is then added in that type); any other ``out_dtype``
-    is the float16 result cast.
+
+class Linear(torch.nn.Module):
+    """y = x @ W^T (+ bias) with an NVFP4 weight W [N, K] (values, E4M3 scales and the global
+    scale ``weight_global``), in one of two modes:
+
+    - ``mode="w4a16"`` (the default): x stays float16 or bfloat16 and multiplies the NVFP4 weight
+      directly (SPEC §8): float32 accumulation, alpha = ``weight_global``, one rounding to
+      ``out_dtype``, by default x's dtype. The checkpoint's ``input_scale`` is kept but unused.
+      Any other input dtype is a ``DtypeError``. Graph-capturable, no host synchronization.
+    - ``mode="w4a4"``: x (float32, float16 or bfloat16) is quantized to NVFP4 on its device with
+      the checkpoint's activation global scale ``input_scale`` (ModelOpt; the inverse of
+      compressed-tensors' ``input_global_scale``), then the NVFP4 x NVFP4 GEMM runs with alpha =
+      input_scale * weight_global: what a Blackwell GPU computes for the same checkpoint. Without
+      an ``input_scale`` the activation scale is the per-call amax (a host synchronization: not
+      capturable in a CUDA graph). ``out_dtype`` defaults to float16.
+
+    Which to pick: on Hopper, ``"w4a16"``. It is the accurate one: the NVFP4 weight is its only
+    quantization, so it equals the float64 product of x and the dequantized weight rounded once
+    to the output (bfloat16: 0.17% relative norm, that rounding alone), whereas W4A4 also rounds
+    every activation to 4 bits (9.5% relative norm for Gaussian activations with a per-tensor
+    amax scale, more where a calibrated ``input_scale`` clips inputs unlike its calibration
+    data; measured on the down_proj of a ModelOpt export, 256x512 bfloat16 inputs). Hopper has
+    no FP4 tensor cores, so W4A4 gains no arithmetic speed there, and W4A16 needs neither an
+    ``input_scale`` nor a quantize launch. Pick ``"w4a4"`` to reproduce what a Blackwell GPU
+    serves for a ModelOpt (or compressed-tensors W4A4) checkpoint with activation quantization,
+    for example to compare outputs with a Blackwell deployment or to evaluate the model as
+    calibrated for it.
+
+    The GEMM rounds once to ``out_dtype`` when it is float16 or bfloat16 (the bias, if any, is
+    then added in that type); any other ``out_dtype`` is the rounded result cast (float16 for
+    W4A4, x's dtype for W4A16).
     """
 
-    def __init__(self, weight, weight_scale, weight_global, input_scale=None, bias=None, out_dtype=torch.float16):
+    def __init__(
+        self, weight, weight_scale, weight_global, input_scale=None, bias=None, out_dtype=None, mode="w4a16"
+    ):
         super().__init__()
+        if mode not in MODES:
+            raise ValueError(f'mode must be "w4a16" or "w4a4", got {mode!r}')
         n, half = weight.shape
         if weight_scale.shape != (n, 2 * half // 16):
             raise ValueError(f"weight_scale must be [{n}, {2 * half // 16}] (plain), got {list(weight_scale.shape)}")
         self.in_features, self.out_features = 2 * half, n
+        self.mode = mode
         self.register_buffer("weight", weight.view(torch.uint8).contiguous())
         self.register_buffer("weight_scale", weight_scale.view(torch.uint8).contiguous())
         self.weight_global = float(weight_global)
@@ -165,11 +206,15 @@ class Linear(torch.nn.Module):
         self.bias = None if bias is None else torch.nn.Parameter(bias, requires_grad=False)
         self.out_dtype = out_dtype
 
+    def extra_repr(self):
+        return f"in_features={self.in_features}, out_features={self.out_features}, mode={self.mode!r}"
+
     @classmethod
     def from_state_dict(cls, sd, prefix="", bias=None, **kw):
         """From tensors named like a checkpoint: ModelOpt (``weight``, ``weight_scale``,
         ``weight_scale_2``, ``input_scale``) or compressed-tensors (``weight_packed``,
-        ``weight_scale``, ``weight_global_scale``, ``input_global_scale``: inverses)."""
+        ``weight_scale``, ``weight_global_scale``, ``input_global_scale``: inverses), and
+        ``bias`` if present. ``mode`` and ``out_dtype`` go to the constructor."""
         p = prefix
         if p + "weight_packed" in sd:
             w, s = sd[p + "weight_packed"], sd[p + "weight_scale"]
@@ -186,10 +231,15 @@ class Linear(torch.nn.Module):
 
     @classmethod
     def from_safetensors(cls, path, prefix="", device="cuda", **kw):
-        """From a safetensors file, read by the library's checkpoint readers."""
-        values, scales, n, k, g, i, _conv = _nv._nvfp4.load_linear(str(path), prefix)
+        """From a safetensors file, read by the library's checkpoint readers (either convention),
+        with the layer's ``bias`` if the file has one (``bias=`` overrides it). ``mode`` and
+        ``out_dtype`` go to the constructor."""
+        values, scales, n, k, g, i, _conv, b = _nv._nvfp4.load_linear(str(path), prefix)
         w = torch.frombuffer(bytearray(values), dtype=torch.uint8).view(n, k // 2).to(device)
         s = torch.frombuffer(bytearray(scales), dtype=torch.uint8).view(n, k // 16).to(device)
+        if b is not None and "bias" not in kw:
+            data, dtype = b
+            kw["bias"] = torch.frombuffer(bytearray(data), dtype=getattr(torch, dtype)).to(device)
         return cls(w, s, g, input_scale=i, **kw)
 
     def forward(self, x):
@@ -197,15 +247,25 @@ class Linear(torch.nn.Module):
         x2 = x.reshape(-1, shape[-1])
         if not x2.is_contiguous():
             x2 = x2.contiguous()
-        if self.input_scale is not None:
-            q, s, _ = torch.ops.nvfp4.quantize(x2, self.input_scale)
-            alpha = self.input_scale * self.weight_global
+        rounded = self.out_dtype in (torch.float16, torch.bfloat16)
+        if self.mode == "w4a16":
+            if x.dtype not in (torch.float16, torch.bfloat16):
+                raise _nv.DtypeError(
+                    f"Linear(mode='w4a16') takes float16 or bfloat16 input, got {x.dtype}: convert it "
+                    "(x.to(torch.bfloat16)), or use mode='w4a4', which quantizes any float input"
+                )
+            kernel_dtype = self.out_dtype if rounded else x.dtype
+            y = torch.ops.nvfp4.gemm(x2, None, self.weight, self.weight_scale, self.weight_global, kernel_dtype)
         else:
-            q, s, g = torch.ops.nvfp4.quantize(x2)
-            alpha = float(g.item()) * self.weight_global
-        kernel_dtype = self.out_dtype if self.out_dtype in (torch.float16, torch.bfloat16) else torch.float16
-        y = torch.ops.nvfp4.gemm(q, s, self.weight, self.weight_scale, alpha, kernel_dtype)
+            if self.input_scale is not None:
+                q, s, _ = torch.ops.nvfp4.quantize(x2, self.input_scale)
+                alpha = self.input_scale * self.weight_global
+            else:
+                q, s, g = torch.ops.nvfp4.quantize(x2)
+                alpha = float(g.item()) * self.weight_global
+            kernel_dtype = self.out_dtype if rounded else torch.float16
+            y = torch.ops.nvfp4.gemm(q, s, self.weight, self.weight_scale, alpha, kernel_dtype)
         y = y.reshape(shape[:-1] + (self.out_features,))
         if self.bias is not None:
             y = y + self.bias
-        return y.to(self.out_dtype)
+        return y.to(self.out_dtype if self.out_dtype is not None else kernel_dtype)
