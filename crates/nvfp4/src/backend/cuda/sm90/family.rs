@@ -120,3 +120,43 @@ impl Plan for GroupedPlan {
         Ok(Box::new(bind_grouped(k.gpu(), self, (prepare, main), &ops, ws)?))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::cuda::family::Modeled;
+    use crate::backend::cuda::overrides::Overrides;
+    use crate::backend::cuda::route::route;
+    use crate::format::{OutputDtype, ScaleLayout};
+    use crate::problem::Shape;
+
+    /// W4A16 GEMMs, dual GEMMs and grouped launches (both forms) route to the skeleton's W4A16
+    /// kernel of the activation's type, in one family each; the W4A4 form of the same shape keeps
+    /// its own kernel; K that the skeleton cannot take is refused with a typed error, since no
+    /// other family has W4A16 kernels.
+    #[test]
+    fn w4a16_routes_to_the_w4a16_kernels() {
+        let cases = [
+            (Shape::Gemm { m: 1, n: 8192, k: 8192, l: 1 }, "sm90", "gemm"),
+            (Shape::Gemm { m: 4096, n: 1024, k: 8192, l: 1 }, "sm90", "gemm"),
+            (Shape::Gemm { m: 7, n: 300, k: 96, l: 3 }, "sm90", "gemm"),
+            (Shape::DualGemm { m: 256, n: 4096, k: 7168, l: 1 }, "sm90", "dual_gemm"),
+            (Shape::GroupedGemm { groups: vec![(40, 512, 256), (512, 384, 256)] }, "grouped", "grouped_gemm"),
+            (Shape::Moe { n: 384, k: 512, counts: vec![40, 0, 76, 8] }, "grouped", "grouped_gemm"),
+        ];
+        for (shape, family, op) in cases {
+            for (dtype, ty) in [(OutputDtype::Bf16, "bf16"), (OutputDtype::F16, "f16")] {
+                for layout in [ScaleLayout::Plain, ScaleLayout::Blocked] {
+                    let r = route(&shape.op_meta_in(layout, Some(dtype)), &Modeled::HOPPER, &Overrides::NONE)
+                        .unwrap_or_else(|e| panic!("{shape} {ty}: {e}"));
+                    assert_eq!(r.family(), family, "{shape} {ty}: {r}");
+                    assert!(r.plan().starts_with(&format!("{op}_w4a16{ty}_sm90_ws_m")), "{shape} {ty}: {r}");
+                    let w4a4 = route(&shape.op_meta(layout), &Modeled::HOPPER, &Overrides::NONE).unwrap();
+                    assert!(!w4a4.plan().contains("w4a16"), "{shape}: {w4a4}");
+                }
+            }
+        }
+        let k48 = Shape::Gemm { m: 8, n: 64, k: 48, l: 1 }.op_meta_in(ScaleLayout::Plain, Some(OutputDtype::Bf16));
+        let e = route(&k48, &Modeled::HOPPER, &Overrides::NONE).err().expect("refused");
+        assert!(e.to_string().contains("K = 48"), "{e}");
+    }
+}
