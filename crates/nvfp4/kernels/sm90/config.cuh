@@ -11,18 +11,26 @@
 
 namespace sm90 {
 
+// What X is (ACT): NVFP4 decoded to f16 by the pre-pass, in the permuted k order of
+// sm90/mainloop.cuh (W4A4), or a 16-bit activation tensor as the user gave it, natural k order
+// (W4A16, sm90/mainloop16.cuh).
+constexpr int ACT_NVFP4 = 0;
+constexpr int ACT_f16 = 1;
+constexpr int ACT_bf16 = 2;
+
 // PARTS: operand tensors that share the rows of a W tile (1: a GEMM's W; 2: a dual GEMM, whose
 // tile holds matching rows of B1 and B2, PART_ROWS each). WM: m64 tiles per consumer warpgroup.
 // BN: X rows per tile (the wgmma N). Shared memory, from a 1024-aligned base:
-//   x[X_STAGES]      [BN, 64] f16, K-major, 128-byte swizzle (the wgmma B operand of a sub-stage)
+//   x[X_STAGES]      [BN, 64] f16 (or bf16), K-major, 128-byte swizzle (the wgmma B operand of a sub-stage)
 //   raw[RAW_STAGES]  W: [BM, 128 B] u8, 128-byte swizzle (PARTS TMA boxes of PART_ROWS rows), then
 //                    its scales, SW_BYTES: per part, SW_PART bytes apart, [PART_ROWS, 16 B]
 //                    (SF_TMA, SF_DIRECT) or the [4, 512 B] chunks of its 128-row groups (SF_BULK)
 //   bars             full_w, empty_w [RAW_STAGES]; full_x, empty_x [X_STAGES]; flag (8 B);
 //                    fixup (the mbarrier of the staged split-K sum); kred, kgo (the cluster
 //                    sum of K pieces: partials landed, may send)
-template <int PARTS_, int WM_, int BN_>
+template <int PARTS_, int WM_, int BN_, int ACT_ = ACT_NVFP4>
 struct Cfg {
+  static constexpr int ACT = ACT_;
   static constexpr int PARTS = PARTS_;
   static constexpr int WM = WM_;
   static constexpr int BN = BN_;
@@ -42,6 +50,7 @@ struct Cfg {
   static constexpr int SMEM_BYTES = L::SMEM_BYTES;  // dynamic shared memory, with alignment slack
   static constexpr int BAR_BYTES = (2 * RAW_STAGES + 2 * X_STAGES) * 8 + 32;
 
+  static_assert(ACT == ACT_NVFP4 || ACT == ACT_f16 || ACT == ACT_bf16, "X's type");
   static_assert(PARTS == 1 || PARTS == 2, "one W operand, or the two of a dual GEMM");
   static_assert(PART_ROWS % 64 == 0, "a part is whole m64 tiles");
   static_assert(BN % 16 == 0 && BN <= 256, "wgmma N");

@@ -19,6 +19,7 @@
 #pragma once
 
 #include "sm90/producer.cuh"
+#include "sm90/mainloop16.cuh"
 #include "sm90/epilogue.cuh"
 #include "sm90/kreduce.cuh"
 
@@ -32,7 +33,10 @@ NVFP4_DEVICE void consumer_role(const typename S::Params& p, const Smem<C>& sm) 
   const i32 cluster = S::cluster(p);
   u32 g = 0, n = 0;
   for (; walk.valid(); walk.next_unit(p)) {
-    cs.mainloop(S::problem(p, walk.cur).main, cluster, sm, walk.cur, g, n);
+    if constexpr (C::ACT == ACT_NVFP4)
+      cs.mainloop(S::problem(p, walk.cur).main, cluster, sm, walk.cur, g, n);
+    else
+      mainloop16<C>(cs, S::problem(p, walk.cur).main, cluster, sm, walk.cur, g, n);
     // NOTE: the unit is recomputed rather than kept: its fields would otherwise stay live across
     // the mainloop.
     const Unit un = S::unit_at(p, walk.u, walk.end);
@@ -111,4 +115,13 @@ NVFP4_DEVICE void run(const typename S::Params& p) {
       OP##_nvfp4_sm90_ws_m##BM##n##BN(const __grid_constant__ SCHED::Params p) {                   \
     static_assert(BM % 128 == 0, "two consumer warpgroups of 64-row tiles");                      \
     sm90::run<sm90::Cfg<PARTS, BM / 128, BN>, SCHED, EPI>(p);                                      \
+  }
+
+// The W4A16 kernels (SPEC §8): OP_w4a16{bf16,f16}_sm90_ws_m{BM}n{BN}, X the activation tensor of
+// type ACT (bf16 or f16) as the user gave it, W the NVFP4 weight.
+#define NVFP4_SM90_KERNEL16(OP, ACT, PARTS, SCHED, EPI, BM, BN)                                     \
+  extern "C" __global__ void __launch_bounds__(sm90::THREADS, 1)                                   \
+      OP##_w4a16##ACT##_sm90_ws_m##BM##n##BN(const __grid_constant__ SCHED::Params p) {             \
+    static_assert(BM % 128 == 0, "two consumer warpgroups of 64-row tiles");                      \
+    sm90::run<sm90::Cfg<PARTS, BM / 128, BN, sm90::ACT_##ACT>, SCHED, EPI>(p);                     \
   }

@@ -318,9 +318,6 @@ impl<'a> From<&'a F16View> for ActView<'a> {
 /// (A `[1, M, K]`, B `[1, N, K]`, c `[1, M, N]`).
 pub type GemmViews<'a> = Group<&'a Nvfp4View, &'a F16View, ActView<'a>>;
 
-/// A W4A4 group (both operands NVFP4): what the grouped launch of NVFP4 activations reads.
-pub(crate) type Nvfp4GemmViews<'a> = Group<&'a Nvfp4View, &'a F16View>;
-
 impl Operand for Nvfp4View {
     fn meta(&self) -> Nvfp4Meta {
         self.meta

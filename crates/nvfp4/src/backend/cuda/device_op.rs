@@ -48,6 +48,10 @@ impl BoundOp {
     pub fn launch_chained_on(&self, stream: StreamHandle) -> Result<()> {
         self.enqueue(stream, true)
     }
+    /// [`BoundOp::launch_chained_on`] a stream of the backend's context, borrowed for the call.
+    pub fn launch_chained_on_stream(&self, stream: &cudarc::driver::CudaStream) -> Result<()> {
+        self.enqueue(StreamHandle::borrowed(stream), true)
+    }
     /// True when [`BoundOp::launch_chained_on`] launches the first kernel as a programmatic
     /// dependent (its kernel is in [`PDL_READY`](super::kernels::PDL_READY)).
     pub fn chains(&self) -> bool {

@@ -4,6 +4,8 @@
 //!
 //! Depends only on the runtime layer; compilation, planning and launching depend on this.
 
+#[cfg(test)]
+mod decode_w16;
 pub mod fallback;
 pub mod floors;
 pub mod gemv;
@@ -18,7 +20,7 @@ use std::sync::OnceLock;
 pub use module::KernelModule;
 
 /// Every kernel module of the library.
-pub static MODULES: [&KernelModule; 9] = [
+pub static MODULES: [&KernelModule; 12] = [
     &gemv::GEMV,
     &fallback::FALLBACK,
     &small::SMALL,
@@ -26,6 +28,9 @@ pub static MODULES: [&KernelModule; 9] = [
     &sm90::GEMM_SM90,
     &sm90::DUAL_SM90,
     &sm90::GROUPED_SM90,
+    &sm90::GEMM16_SM90,
+    &sm90::DUAL16_SM90,
+    &sm90::GROUPED16_SM90,
     &quantize::QUANTIZE,
     &floors::FLOORS,
 ];
@@ -47,8 +52,9 @@ pub static PDL_READY: &[&str] = &[
 ];
 
 /// Modules whose every kernel is ready in the sense of [`PDL_READY`]: kernels/gemv.cu reads B and
-/// writes its output and split-K workspace only after the wait; kernels/gemm_small.cu waits first.
-pub static PDL_READY_MODULES: &[&KernelModule] = &[&gemv::GEMV, &small::SMALL];
+/// writes its output and split-K workspace only after the wait; kernels/gemm_small.cu waits first;
+/// the W4A16 GEMM and dual GEMM read only the weights before the wait (their X producer's).
+pub static PDL_READY_MODULES: &[&KernelModule] = &[&gemv::GEMV, &small::SMALL, &sm90::GEMM16_SM90, &sm90::DUAL16_SM90];
 
 /// True when `symbol`'s kernel may be launched as a programmatic dependent (see [`PDL_READY`]).
 pub fn pdl_ready(symbol: &str) -> bool {
@@ -56,7 +62,7 @@ pub fn pdl_ready(symbol: &str) -> bool {
 }
 
 /// The handwritten headers, `#include`d by these names (NVRTC has no include path).
-const STATIC_HEADERS: [(&str, &str); 15] = [
+const STATIC_HEADERS: [(&str, &str); 17] = [
     ("ptx.cuh", include_str!("../../../../kernels/ptx.cuh")),
     ("nvfp4.cuh", include_str!("../../../../kernels/nvfp4.cuh")),
     ("output.cuh", include_str!("../../../../kernels/output.cuh")),
@@ -64,6 +70,8 @@ const STATIC_HEADERS: [(&str, &str); 15] = [
     ("sm90/schedule.cuh", include_str!("../../../../kernels/sm90/schedule.cuh")),
     ("sm90/producer.cuh", include_str!("../../../../kernels/sm90/producer.cuh")),
     ("sm90/mainloop.cuh", include_str!("../../../../kernels/sm90/mainloop.cuh")),
+    ("sm90/decode_w16.cuh", include_str!("../../../../kernels/sm90/decode_w16.cuh")),
+    ("sm90/mainloop16.cuh", include_str!("../../../../kernels/sm90/mainloop16.cuh")),
     ("sm90/fixup.cuh", include_str!("../../../../kernels/sm90/fixup.cuh")),
     ("sm90/kreduce.cuh", include_str!("../../../../kernels/sm90/kreduce.cuh")),
     ("sm90/store.cuh", include_str!("../../../../kernels/sm90/store.cuh")),
@@ -134,19 +142,26 @@ pub fn headers() -> Vec<(&'static str, &'static str)> {
 mod tests {
     use super::*;
 
-    /// Whether `source` stamps out the skeleton kernel `sym` (`OP_nvfp4_sm90_ws_m{BM}n{BN}`): a
-    /// line `#define NAME(BM, BN) NVFP4_SM90_KERNEL(OP, ...)`, a line `NVFP4_SM90_VARIANTS(NAME)`,
-    /// and (BM, BN) in the variant list of the generated header.
+    /// Whether `source` stamps out the skeleton kernel `sym` (`OP_nvfp4_sm90_ws_m{BM}n{BN}`, or
+    /// `OP_w4a16{ACT}_sm90_ws_m{BM}n{BN}`): a line `#define NAME(BM, BN) NVFP4_SM90_KERNEL(OP, ...)`
+    /// (`NVFP4_SM90_KERNEL16(OP, ACT, ...)`), a line `NVFP4_SM90_VARIANTS(NAME)`, and (BM, BN) in
+    /// the variant list of the generated header.
     fn stamped(source: &str, sym: &str) -> bool {
-        let Some((op, tile)) = sym.split_once("_nvfp4_sm90_ws_m") else { return false };
+        let Some((head, tile)) = sym.split_once("_sm90_ws_m") else { return false };
+        let macro_args = match head.split_once("_w4a16") {
+            Some((op, act)) => format!("NVFP4_SM90_KERNEL16({op}, {act},"),
+            None => match head.strip_suffix("_nvfp4") {
+                Some(op) => format!("NVFP4_SM90_KERNEL({op},"),
+                None => return false,
+            },
+        };
         let Some((bm, bn)) = tile.split_once('n') else { return false };
         let list = generated_header().lines().find_map(|l| l.strip_prefix("#define NVFP4_SM90_VARIANTS(X)"));
         let listed = list.is_some_and(|l| l.contains(&format!(" X({bm}, {bn})")));
         let expanded = source.lines().any(|l| {
-            let def = l.strip_prefix("#define ").and_then(|d| d.split_once("(BM, BN) NVFP4_SM90_KERNEL("));
-            def.is_some_and(|(name, args)| {
-                args.starts_with(&format!("{op},"))
-                    && source.lines().any(|x| x == format!("NVFP4_SM90_VARIANTS({name})"))
+            let def = l.strip_prefix("#define ").and_then(|d| d.split_once("(BM, BN) "));
+            def.is_some_and(|(name, body)| {
+                body.starts_with(&macro_args) && source.lines().any(|x| x == format!("NVFP4_SM90_VARIANTS({name})"))
             })
         });
         listed && expanded
@@ -162,6 +177,11 @@ mod tests {
         }
         assert!(!stamped(sm90::GEMM_SM90.source, "dual_gemm_nvfp4_sm90_ws_m256n16"));
         assert!(!stamped(sm90::GEMM_SM90.source, "gemm_nvfp4_sm90_ws_m64n16"));
+        assert!(stamped(sm90::GEMM16_SM90.source, "gemm_w4a16bf16_sm90_ws_m256n16"));
+        assert!(stamped(sm90::GEMM16_SM90.source, "gemm_w4a16f16_sm90_ws_m128n256"));
+        assert!(!stamped(sm90::GEMM16_SM90.source, "gemm_nvfp4_sm90_ws_m256n16"));
+        assert!(!stamped(sm90::GEMM16_SM90.source, "gemm_w4a16fp8_sm90_ws_m256n16"));
+        assert!(!stamped(sm90::DUAL16_SM90.source, "gemm_w4a16bf16_sm90_ws_m256n16"));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::fmt::Write;
 
 use super::module::KernelModule;
 use crate::backend::cuda::runtime::{kernel_struct, TmaMap};
-use crate::format::ScaleLayout;
+use crate::format::{OutputDtype, ScaleLayout};
 
 /// Threads per CTA: a producer warpgroup (a W warp and an X thread issue the TMA) and two
 /// consumer warpgroups.
@@ -90,6 +90,28 @@ impl Op {
     }
 }
 
+/// What a skeleton kernel's X operand is: NVFP4, decoded to f16 by the pre-pass (W4A4), or a
+/// 16-bit activation tensor that the kernel loads as it is (W4A16, SPEC §8), of this type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum XKind {
+    /// NVFP4 x NVFP4: the `OP_nvfp4_sm90_ws_*` kernels and the X pre-pass.
+    Nvfp4,
+    /// A bf16 or f16 activation: the `OP_w4a16{bf16,f16}_sm90_ws_*` kernels, one launch.
+    Dense(OutputDtype),
+}
+
+impl Op {
+    /// The module of its kernels for X of kind `x`.
+    pub fn module_for(self, x: XKind) -> &'static KernelModule {
+        match (self, x) {
+            (_, XKind::Nvfp4) => self.module(),
+            (Op::Gemm, XKind::Dense(_)) => &GEMM16_SM90,
+            (Op::Dual, XKind::Dense(_)) => &DUAL16_SM90,
+            (Op::Grouped, XKind::Dense(_)) => &GROUPED16_SM90,
+        }
+    }
+}
+
 /// One compiled tile shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Variant {
@@ -101,8 +123,9 @@ pub struct Variant {
 }
 
 /// Writes the variant list once: `VARIANTS`, and each skeleton module's kernel symbols
-/// `OP_nvfp4_sm90_ws_m{BM}n{BN}` in the same order (the CUDA side stamps its kernels out of the
-/// same list: `NVFP4_SM90_VARIANTS` in generated.cuh, written from `VARIANTS` by [`cuda_sizes`]).
+/// `OP_nvfp4_sm90_ws_m{BM}n{BN}` (W4A4) and `OP_w4a16{bf16,f16}_sm90_ws_m{BM}n{BN}` (W4A16, the
+/// bf16 variants first) in the same order (the CUDA side stamps its kernels out of the same list:
+/// `NVFP4_SM90_VARIANTS` in generated.cuh, written from `VARIANTS` by [`cuda_sizes`]).
 macro_rules! variants {
     ($(($bm:literal, $bn:literal)),+ $(,)?) => {
         /// The variants every skeleton module instantiates, in symbol order.
@@ -112,6 +135,20 @@ macro_rules! variants {
         /// The grouped module also holds its pre-pass, after the variants.
         const GROUPED_SYMBOLS: [&str; VARIANTS.len() + 1] =
             [$(concat!("grouped_gemm_nvfp4_sm90_ws_m", $bm, "n", $bn),)+ PREPARE_SYMBOL];
+        const GEMM16_SYMBOLS: [&str; 2 * VARIANTS.len()] = [
+            $(concat!("gemm_w4a16bf16_sm90_ws_m", $bm, "n", $bn),)+
+            $(concat!("gemm_w4a16f16_sm90_ws_m", $bm, "n", $bn),)+
+        ];
+        const DUAL16_SYMBOLS: [&str; 2 * VARIANTS.len()] = [
+            $(concat!("dual_gemm_w4a16bf16_sm90_ws_m", $bm, "n", $bn),)+
+            $(concat!("dual_gemm_w4a16f16_sm90_ws_m", $bm, "n", $bn),)+
+        ];
+        /// The W4A16 grouped module also holds its table builder, after the variants.
+        const GROUPED16_SYMBOLS: [&str; 2 * VARIANTS.len() + 1] = [
+            $(concat!("grouped_gemm_w4a16bf16_sm90_ws_m", $bm, "n", $bn),)+
+            $(concat!("grouped_gemm_w4a16f16_sm90_ws_m", $bm, "n", $bn),)+
+            TABLE_SYMBOL,
+        ];
     };
 }
 
@@ -158,10 +195,19 @@ impl Variant {
         Layout { raw_stages, x_stages, sw_bytes, raw_off, bar_off, smem_bytes: 1024 + bar_off + bar_bytes }
     }
 
-    /// Kernel symbol of this variant of `op`.
+    /// Kernel symbol of this variant of `op` (W4A4).
     pub fn symbol(self, op: Op) -> &'static str {
+        self.symbol_for(op, XKind::Nvfp4)
+    }
+
+    /// Kernel symbol of this variant of `op` for X of kind `x`.
+    pub fn symbol_for(self, op: Op, x: XKind) -> &'static str {
         let i = VARIANTS.iter().position(|v| *v == self).expect("a listed variant");
-        op.module().symbols[i]
+        let i = match x {
+            XKind::Nvfp4 | XKind::Dense(OutputDtype::Bf16) => i,
+            XKind::Dense(OutputDtype::F16) => VARIANTS.len() + i,
+        };
+        op.module_for(x).symbols[i]
     }
 }
 
@@ -242,6 +288,31 @@ pub static GROUPED_SM90: KernelModule = KernelModule {
 
 /// The grouped pre-pass kernel.
 pub const PREPARE_SYMBOL: &str = "grouped_prepare_sm90";
+
+/// The W4A16 GEMM on the skeleton (X = the activation, W = the weights, one launch).
+pub static GEMM16_SM90: KernelModule = KernelModule {
+    file: "gemm_w4a16_sm90.cu",
+    source: include_str!("../../../../kernels/gemm_w4a16_sm90.cu"),
+    symbols: &GEMM16_SYMBOLS,
+};
+
+/// The fused W4A16 dual GEMM on the skeleton.
+pub static DUAL16_SM90: KernelModule = KernelModule {
+    file: "dual_gemm_w4a16_sm90.cu",
+    source: include_str!("../../../../kernels/dual_gemm_w4a16_sm90.cu"),
+    symbols: &DUAL16_SYMBOLS,
+};
+
+/// The W4A16 grouped GEMM on the skeleton: its table builder (nothing to decode: each group's
+/// activation is loaded as it is) and the main kernel's variants.
+pub static GROUPED16_SM90: KernelModule = KernelModule {
+    file: "grouped_gemm_w4a16_sm90.cu",
+    source: include_str!("../../../../kernels/grouped_gemm_w4a16_sm90.cu"),
+    symbols: &GROUPED16_SYMBOLS,
+};
+
+/// The W4A16 grouped launch's table builder (one block; takes a `GroupedBuild`).
+pub const TABLE_SYMBOL: &str = "grouped_table_sm90";
 
 kernel_struct! {
     /// What the producers and the mainloop read of a problem: the W operand (one tensor, or the two

@@ -1,34 +1,36 @@
 //! Binding a skeleton plan to device operands: tensor maps, the parameter structs of the X
-//! pre-pass and the main kernel, and the launch of both on a given stream.
+//! pre-pass and the main kernel, and the launch of both on a given stream (of the main kernel
+//! alone when X is a 16-bit activation, W4A16: it loads X as it is).
 
 use cudarc::driver::sys::CUtensorMapSwizzle::{CU_TENSOR_MAP_SWIZZLE_128B as SW128, CU_TENSOR_MAP_SWIZZLE_NONE as SW0};
 use cudarc::driver::CudaFunction;
 
 use super::plan::{Schedule, Sm90Plan};
-use crate::backend::cuda::device::{product_alpha, to_i32, F16View, Keep, Nvfp4View, Workspace};
+use crate::backend::cuda::device::{product_alpha, to_i32, ActView, F16View, Keep, Nvfp4View, Workspace};
 use crate::backend::cuda::family::Launch;
 use crate::backend::cuda::kernels::pdl_ready;
 use crate::backend::cuda::kernels::sm90::{
     DecodeXParams, Op, SfMode, Sm90EpilogueArgs, Sm90MainloopArgs, Sm90Params, Sm90Problem, Sm90Schedule, Variant,
-    WPrefetch, XDecodeParams, BK, DECODE_BIAS, DECODE_X_SYMBOL, DECODE_X_THREADS, K_CLUSTER, K_SPLIT, K_STREAM,
+    WPrefetch, XDecodeParams, XKind, BK, DECODE_BIAS, DECODE_X_SYMBOL, DECODE_X_THREADS, K_CLUSTER, K_SPLIT, K_STREAM,
     ROW_BYTES, THREADS,
 };
 use crate::backend::cuda::runtime::{tma_map, Gpu, LaunchOptions, LaunchShape, StreamHandle, TmaMap};
+use crate::ops::{effective_alpha, Act, Activation};
 use crate::{Error, Result};
 
-/// The two kernels of a skeleton launch.
+/// The kernels of a skeleton launch.
 pub(crate) struct Sm90Kernels {
     /// The plan's variant of the operation.
     pub main: CudaFunction,
-    /// The X pre-pass.
-    pub decode_x: CudaFunction,
+    /// The X pre-pass (W4A4; none when X is a 16-bit activation).
+    pub decode_x: Option<CudaFunction>,
 }
 
 /// The operands of one problem: W's parts (A or B for a GEMM; B1, B2 for a dual GEMM), X, the
 /// caller's alpha, and the output `[L, M, N]`.
 pub struct Sm90Operands<'a> {
-    /// A, `[L, M, K]`.
-    pub a: &'a Nvfp4View,
+    /// A, `[L, M, K]`: NVFP4 (W4A4) or a 16-bit activation (W4A16).
+    pub a: ActView<'a>,
     /// B, or B1 and B2, `[L, N, K]`.
     pub b: &'a [Nvfp4View],
     /// The optional FP32 factor before the final rounding (of each product, for a dual GEMM).
@@ -43,6 +45,8 @@ pub(crate) struct Sm90Launch {
     params: Box<Sm90Params>,
     x_params: DecodeXParams,
     shapes: (LaunchShape, LaunchShape), // pre-pass, main kernel
+    /// The main kernel's symbol (the first kernel without a pre-pass).
+    symbol: &'static str,
     keep: Vec<Keep>,
 }
 
@@ -64,9 +68,16 @@ fn check_operands(plan: &Sm90Plan, ops: &Sm90Operands<'_>) -> Result<()> {
     if ops.b.len() != plan.op.parts() {
         return Err(shape_error(format!("{:?} takes {} B operands, got {}", plan.op, plan.op.parts(), ops.b.len())));
     }
-    let a = &ops.a.meta;
-    if (a.l, a.rows, a.k) != (l, m, k) {
-        return Err(shape_error(format!("A is [{}, {}, {}], the plan wants [{l}, {m}, {k}]", a.l, a.rows, a.k)));
+    let a = ops.a.act_meta();
+    if (a.l(), a.rows(), a.k()) != (l, m, k) {
+        return Err(shape_error(format!("A is [{}, {}, {}], the plan wants [{l}, {m}, {k}]", a.l(), a.rows(), a.k())));
+    }
+    let x = match a.dense_dtype() {
+        Some(d) => XKind::Dense(d),
+        None => XKind::Nvfp4,
+    };
+    if x != plan.x {
+        return Err(shape_error(format!("A is {}, the plan wants {:?}", a.mode(), plan.x)));
     }
     for (i, b) in ops.b.iter().enumerate() {
         if (b.meta.l, b.meta.rows, b.meta.k) != (l, n, k) {
@@ -99,35 +110,47 @@ pub(crate) fn bind(
     let (m, n, k, l) = plan.mnkl;
     let v = plan.variant;
     let (w_rows, x_rows) = plan.wx_rows();
-    // W parts and X: a GEMM's larger operand is W; a dual GEMM's W is B1 and B2.
-    let (w, x): (Vec<&Nvfp4View>, &Nvfp4View) = match (plan.op, plan.swapped) {
-        (Op::Gemm, false) => (vec![ops.a], &ops.b[0]),
-        _ => (ops.b.iter().collect(), ops.a),
-    };
     let scratch = plan.scratch();
-    let x16 = ws.at(scratch.x16.0, scratch.x16.1)?;
     let k64 = plan.k_iters * BK;
-    let x_params = XDecodeParams {
-        x: x.values,
-        sf: x.scales,
-        out: x16,
-        rows: to_i32(x_rows, "X rows")?,
-        k: to_i32(k, "K")?,
-        k64: to_i32(k64, "K")?,
-        l: to_i32(l, "L")?,
-        blocked: x.blocked_flag(),
-        block0: 0,
+    // W parts and X: a GEMM's larger operand is W; a dual GEMM's W is B1 and B2; a 16-bit A is
+    // X as it is, W the weights.
+    let mut x_params = XDecodeParams::default();
+    let mut x_blocks = 0;
+    let (w, xs): (Vec<&Nvfp4View>, XSide) = match ops.a {
+        Act::Nvfp4(a) => {
+            let (w, x): (Vec<&Nvfp4View>, &Nvfp4View) = match (plan.op, plan.swapped) {
+                (Op::Gemm, false) => (vec![a], &ops.b[0]),
+                _ => (ops.b.iter().collect(), a),
+            };
+            let x16 = ws.at(scratch.x16.0, scratch.x16.1)?;
+            x_params = XDecodeParams {
+                x: x.values,
+                sf: x.scales,
+                out: x16,
+                rows: to_i32(x_rows, "X rows")?,
+                k: to_i32(k, "K")?,
+                k64: to_i32(k64, "K")?,
+                l: to_i32(l, "L")?,
+                blocked: x.blocked_flag(),
+                block0: 0,
+            };
+            // One pre-pass thread per 16-byte output chunk, 8 per 64-element group.
+            x_blocks = to_i32((l * x_rows * plan.k_iters * 8).div_ceil(DECODE_X_THREADS as usize), "X decode blocks")?;
+            (w, XSide { addr: x16, rows: x_rows, l, row_bytes: k64 * 2 })
+        }
+        Act::Dense(a) => (ops.b.iter().collect(), XSide::dense(a)?),
     };
-    // One pre-pass thread per 16-byte output chunk, 8 per 64-element group.
-    let x_blocks = to_i32((l * x_rows * plan.k_iters * 8).div_ceil(DECODE_X_THREADS as usize), "X decode blocks")?;
 
     // Alpha of each product, in the reference's order: alpha * global(A) * global(B_i).
     let mut alpha = [0f64; 2];
     for (i, b) in ops.b.iter().enumerate() {
-        alpha[i] = product_alpha(ops.alpha, ops.a, b) * DECODE_BIAS;
+        alpha[i] = match ops.a {
+            Act::Nvfp4(a) => product_alpha(ops.alpha, a, b),
+            Act::Dense(_) => effective_alpha(ops.alpha, &ops.a, b) as f64,
+        } * DECODE_BIAS;
     }
     let out = OutputSide { addr: ops.c.addr, m, n, l, swapped: plan.swapped, flat: false, bf16: ops.c.bf16_flag() };
-    let prob = problem_struct(v, plan.cluster, (&w, w_rows, k, l), (x16, x_rows, l), alpha, out)?;
+    let prob = problem_struct(v, plan.cluster, (&w, w_rows, k, l), xs, alpha, out)?;
     let (workspace, counters) = if plan.global_fixup() {
         (ws.at(scratch.partials.0, scratch.partials.1)?, ws.counters(scratch.needs.counters)?)
     } else {
@@ -161,17 +184,46 @@ pub(crate) fn bind(
         bm: to_i32(v.bm, "tile rows")?,
     };
     let params = Box::new(Sm90Params { prob, sched, workspace, counters });
+    let a_keep = match ops.a {
+        Act::Nvfp4(a) => a.keep(),
+        Act::Dense(a) => a.keep(),
+    };
     let keep: Vec<Keep> =
-        ops.b.iter().chain([ops.a]).filter_map(Nvfp4View::keep).chain(ops.c.keep()).chain([ws.keep()]).collect();
+        ops.b.iter().filter_map(Nvfp4View::keep).chain(a_keep).chain(ops.c.keep()).chain([ws.keep()]).collect();
     // The main kernel starts while the pre-pass runs (barrier setup, first W loads) and waits for
-    // it before its first X load.
+    // it before its first X load; without a pre-pass it is the first kernel (see `enqueue`).
     let shapes = (
         LaunchShape::linear(x_blocks as u32, DECODE_X_THREADS, 0),
         LaunchShape::linear(plan.grid as u32, THREADS, plan.layout().smem_bytes as u32)
-            .with(LaunchOptions { dependent: true, cluster_x: plan.launch_cluster() as u32 }),
+            .with(LaunchOptions { dependent: kernels.decode_x.is_some(), cluster_x: plan.launch_cluster() as u32 }),
     );
     let x_params = DecodeXParams { x: x_params, w: w_prefetch };
-    Ok(Sm90Launch { kernels, params, x_params, shapes, keep })
+    Ok(Sm90Launch { kernels, params, x_params, shapes, symbol: plan.symbol(), keep })
+}
+
+/// Where the main kernel loads X from: `[l, rows, row_bytes]` bytes at `addr` (the decoded f16 X
+/// with K padded to 64, or a 16-bit activation as the caller gave it).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct XSide {
+    pub addr: u64,
+    pub rows: usize,
+    pub l: usize,
+    pub row_bytes: usize,
+}
+
+impl XSide {
+    /// A dense `[L, rows, K]` activation, loaded as it is: the TMA needs a 16-byte aligned base
+    /// (its row stride, 2K bytes, is one for every K the skeleton takes).
+    pub(crate) fn dense(a: &F16View) -> Result<Self> {
+        let [l, rows, k] = a.shape;
+        if !a.addr.is_multiple_of(16) || !(2 * k).is_multiple_of(16) {
+            return Err(Error::Invalid(format!(
+                "sm90 W4A16: the activation must start on a 16-byte boundary with K % 8 == 0 (address {:#x}, K = {k})",
+                a.addr
+            )));
+        }
+        Ok(Self { addr: a.addr, rows, l, row_bytes: 2 * k })
+    }
 }
 
 /// Where a problem's output goes: `c` is `[L, M, N]` f16 (or bf16: `bf16` = 1) (or, `flat`,
@@ -188,18 +240,18 @@ pub(crate) struct OutputSide {
 }
 
 /// The kernel's description of one problem: for the mainloop, W's parts `[l, w_rows, K]` (one
-/// scale layout) and the decoded X `[x_l, x_rows, K64]` f16 at `x16`; for the epilogue, the
-/// output and the alpha of each part (with the decode bias). Encodes its tensor maps.
+/// scale layout) and X (the decoded f16 `[x_l, x_rows, K64]`, or a 16-bit activation); for the
+/// epilogue, the output and the alpha of each part (with the decode bias). Encodes its tensor
+/// maps.
 pub(crate) fn problem_struct(
     v: Variant,
     cluster: usize,
     (w, w_rows, k, l): (&[&Nvfp4View], usize, usize, usize),
-    (x16, x_rows, x_l): (u64, usize, usize),
+    x: XSide,
     alpha: [f64; 2],
     c: OutputSide,
 ) -> Result<Sm90Problem> {
     let part_rows = v.bm / w.len();
-    let k64 = k.div_ceil(BK) * BK;
     let w_mode = SfMode::of(w[0].meta.layout, k);
     let mut tmap_w = [TmaMap::default(); 2];
     let mut tmap_sw = [TmaMap::default(); 2];
@@ -217,9 +269,9 @@ pub(crate) fn problem_struct(
     // C is [L, M, N]: W rows step by N (or 1 when W is B), X rows by 1 (or N).
     let (c_stride_w, c_stride_x) = if c.swapped { (1, c.n as i64) } else { (c.n as i64, 1) };
     // In a cluster each CTA loads 1/cluster of the X tile's rows (multicast to all).
-    let tmap_x = tma_map(x16, x_rows, k64 * 2, x_l, (v.bn / cluster, ROW_BYTES), SW128)?;
+    let tmap_x = tma_map(x.addr, x.rows, x.row_bytes, x.l, (v.bn / cluster, ROW_BYTES), SW128)?;
     // The epilogue clips at the rows the operands have, and is flat when they are.
-    let (w_rows, x_rows, flat) = (to_i32(w_rows, "W rows")?, to_i32(x_rows, "X rows")?, i32::from(c.flat));
+    let (w_rows, x_rows, flat) = (to_i32(w_rows, "W rows")?, to_i32(x.rows, "X rows")?, i32::from(c.flat));
     let main = Sm90MainloopArgs {
         tmap_w,
         tmap_sw,
@@ -252,13 +304,22 @@ pub(crate) fn problem_struct(
 
 impl Launch for Sm90Launch {
     /// The X pre-pass, then the main kernel; `chain`: the pre-pass as a programmatic dependent.
+    /// Without a pre-pass (W4A16), the main kernel alone, chained when `chain` and it is ready.
     fn enqueue(&self, gpu: &Gpu, stream: StreamHandle, chain: bool) -> Result<()> {
+        let Some(decode_x) = &self.kernels.decode_x else {
+            let options = LaunchOptions { dependent: chain && pdl_ready(self.symbol), ..self.shapes.1.options };
+            return gpu.launch(stream, &self.kernels.main, self.shapes.1.with(options), self.params.as_ref());
+        };
         let options = LaunchOptions { dependent: chain && pdl_ready(DECODE_X_SYMBOL), cluster_x: 0 };
-        gpu.launch(stream, &self.kernels.decode_x, self.shapes.0.with(options), &self.x_params)?;
+        gpu.launch(stream, decode_x, self.shapes.0.with(options), &self.x_params)?;
         gpu.launch(stream, &self.kernels.main, self.shapes.1, self.params.as_ref())
     }
     fn first_symbol(&self) -> &'static str {
-        DECODE_X_SYMBOL
+        if self.kernels.decode_x.is_some() {
+            DECODE_X_SYMBOL
+        } else {
+            self.symbol
+        }
     }
     fn keeps(&self) -> &[Keep] {
         &self.keep

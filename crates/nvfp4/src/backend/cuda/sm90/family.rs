@@ -1,27 +1,32 @@
 //! The skeleton as two kernel families of the router: `sm90` (the GEMM and the fused dual GEMM,
 //! one problem per launch) and `grouped` (every group in one persistent launch, list and MoE
-//! forms). Each verdict is the skeleton's own rules ([`rejects`], [`grouped_rejects`]) and plan
-//! ([`plan`], [`grouped_plan`]); each plan binds itself with the skeleton's bind step.
+//! forms), each for NVFP4 activations (W4A4) and 16-bit ones (W4A16). Each verdict is the
+//! skeleton's own rules ([`rejects_for`], [`grouped_rejects_for`]) and plan ([`plan_for`],
+//! [`grouped_plan_for`]); each plan binds itself with the skeleton's bind step.
 
-use super::grouped::{bind_grouped, grouped_plan, grouped_rejects, GroupedOperands, GroupedPlan, GroupedShape};
-use super::plan::{plan, rejects, Forced, Sm90Plan};
+use super::grouped::{bind_grouped, grouped_plan_for, grouped_rejects_for, GroupedOperands, GroupedPlan, GroupedShape};
+use super::plan::{plan_for, rejects_for, Forced, Sm90Plan};
 use super::{bind, Sm90Kernels, Sm90Operands};
-use crate::backend::cuda::device::{DeviceOp, Nvfp4GemmViews, Workspace, WorkspaceNeeds};
-use crate::backend::cuda::family::{nvfp4_act, w4a4_only, DeviceFacts, Kernels, Launch, Plan, Verdict};
-use crate::backend::cuda::kernels::grouped::PREPARE_SYMBOL;
-use crate::backend::cuda::kernels::sm90::{Op as Kind, DECODE_X, DECODE_X_SYMBOL, THREADS};
+use crate::backend::cuda::device::{DeviceOp, Workspace, WorkspaceNeeds};
+use crate::backend::cuda::family::{DeviceFacts, Kernels, Launch, Plan, Verdict};
+use crate::backend::cuda::kernels::grouped::{PREPARE_SYMBOL, TABLE_SYMBOL};
+use crate::backend::cuda::kernels::sm90::{Op as Kind, XKind, DECODE_X, DECODE_X_SYMBOL, THREADS};
 use crate::backend::cuda::overrides::Overrides;
-use crate::ops::{Group, Op, OpMeta};
+use crate::ops::{Op, OpMeta};
 use crate::{Error, Result};
 
-/// The `sm90` family's verdict on a GEMM or dual GEMM: declined where the skeleton's rules
-/// ([`rejects`]) or the override say so, or where B1 and B2 have different scale layouts (its W
-/// parts share one scale mode); else the plan. A plan with clusters that the GPU cannot hold all
-/// at once is planned again without them (the schedule assumes every cluster runs at once).
+/// What X is for an operation's activation: NVFP4, or a 16-bit activation of its type.
+fn x_kind(op: &OpMeta) -> XKind {
+    op.dense_dtype().map_or(XKind::Nvfp4, XKind::Dense)
+}
+
+/// The `sm90` family's verdict on a GEMM or dual GEMM, W4A4 or W4A16: declined where the
+/// skeleton's rules ([`rejects_for`]) or the override say so, or where B1 and B2 have different
+/// scale layouts (its W parts share one scale mode); else the plan. A plan with clusters that
+/// the GPU cannot hold all at once is planned again without them (the schedule assumes every
+/// cluster runs at once).
 pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, overrides: &Overrides) -> Result<Verdict> {
-    if let Some(v) = w4a4_only(op) {
-        return Ok(v);
-    }
+    let x = x_kind(op);
     let (kind, a, b, mixed) = match op {
         Op::Gemm { a, b, .. } => (Kind::Gemm, a, b, false),
         Op::DualGemm { a, b1, b2, .. } => (Kind::Dual, a, b1, b1.layout != b2.layout),
@@ -32,16 +37,16 @@ pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, overrides: &Overrides)
     }
     let mnkl = (a.rows(), b.rows, a.k(), a.l());
     let forced = overrides.forced(kind);
-    if let Some(why) = rejects(kind, mnkl, forced) {
+    if let Some(why) = rejects_for(kind, x, mnkl, forced) {
         return Ok(Verdict::Declines(why));
     }
     let sms = facts.sms();
-    let mut p = plan(kind, mnkl, sms, forced);
+    let mut p = plan_for(kind, x, mnkl, sms, forced);
     if p.launch_cluster() > 1 {
         let smem = p.layout().smem_bytes;
-        let fit = facts.clusters_fit(kind.module(), p.symbol(), THREADS, smem, p.launch_cluster())?;
+        let fit = facts.clusters_fit(kind.module_for(x), p.symbol(), THREADS, smem, p.launch_cluster())?;
         if fit * p.launch_cluster() < p.grid {
-            p = plan(kind, mnkl, sms, Some(Forced::Config(p.variant, Some(1), None)));
+            p = plan_for(kind, x, mnkl, sms, Some(Forced::Config(p.variant, Some(1), None)));
         }
     }
     Ok(Verdict::Takes(Box::new(p)))
@@ -56,34 +61,36 @@ impl Plan for Sm90Plan {
     }
     fn bind(&self, k: &dyn Kernels, op: &DeviceOp<'_>, ws: &Workspace) -> Result<Box<dyn Launch>> {
         let (a, b, alpha, c) = match op {
-            Op::Gemm { a, b, alpha, c } => (nvfp4_act(a, "sm90")?, vec![(*b).clone()], alpha, c),
-            Op::DualGemm { a, b1, b2, alpha, c } => {
-                (nvfp4_act(a, "sm90")?, vec![(*b1).clone(), (*b2).clone()], alpha, c)
-            }
+            Op::Gemm { a, b, alpha, c } => (*a, vec![(*b).clone()], alpha, c),
+            Op::DualGemm { a, b1, b2, alpha, c } => (*a, vec![(*b1).clone(), (*b2).clone()], alpha, c),
             _ => return Err(Error::Invalid(format!("a skeleton plan bound to a {}", op.name()))),
         };
-        let main = k.function(self.op.module(), self.symbol())?;
+        let main = k.function(self.op.module_for(self.x), self.symbol())?;
         k.gpu().allow_smem(&main, self.layout().smem_bytes)?;
-        let kernels = Sm90Kernels { main, decode_x: k.function(&DECODE_X, DECODE_X_SYMBOL)? };
+        // A 16-bit activation is loaded as it is: no pre-pass.
+        let decode_x = match self.x {
+            XKind::Nvfp4 => Some(k.function(&DECODE_X, DECODE_X_SYMBOL)?),
+            XKind::Dense(_) => None,
+        };
+        let kernels = Sm90Kernels { main, decode_x };
         let ops = Sm90Operands { a, b: &b, alpha: *alpha, c };
         Ok(Box::new(bind(self, kernels, &ops, ws)?))
     }
 }
 
-/// The `grouped` family's verdict on a grouped GEMM (list or MoE form): declined where the
-/// skeleton's grouped rules ([`grouped_rejects`]) or the override say so, else the plan.
+/// The `grouped` family's verdict on a grouped GEMM (list or MoE form, W4A4 or W4A16): declined
+/// where the skeleton's grouped rules ([`grouped_rejects_for`]) or the override say so, else the
+/// plan.
 pub(crate) fn grouped_route(op: &OpMeta, facts: &dyn DeviceFacts, overrides: &Overrides) -> Result<Verdict> {
-    if let Some(v) = w4a4_only(op) {
-        return Ok(v);
-    }
+    let x = x_kind(op);
     let shape = match op {
         Op::GroupedGemm(groups) => GroupedShape::List(groups.iter().map(|g| (g.a.rows(), g.b.rows, g.a.k())).collect()),
         Op::MoeGemm { a, b, .. } => GroupedShape::Moe { t: a.rows(), n: b.rows, k: a.k(), e: b.l },
         _ => return Ok(Verdict::NotItsOp),
     };
-    Ok(match grouped_rejects(&shape, overrides.grouped) {
+    Ok(match grouped_rejects_for(&shape, x, overrides.grouped) {
         Some(why) => Verdict::Declines(why),
-        None => Verdict::Takes(Box::new(grouped_plan(&shape, facts.sms(), overrides.grouped))),
+        None => Verdict::Takes(Box::new(grouped_plan_for(&shape, x, facts.sms(), overrides.grouped))),
     })
 }
 
@@ -95,23 +102,61 @@ impl Plan for GroupedPlan {
         self.scratch().needs
     }
     fn bind(&self, k: &dyn Kernels, op: &DeviceOp<'_>, ws: &Workspace) -> Result<Box<dyn Launch>> {
-        let list: Vec<Nvfp4GemmViews<'_>>;
         let ops = match op {
-            Op::GroupedGemm(groups) => {
-                list = groups
-                    .iter()
-                    .map(|g| Ok(Group { a: nvfp4_act(&g.a, "grouped")?, b: g.b, alpha: g.alpha, c: g.c }))
-                    .collect::<Result<_>>()?;
-                GroupedOperands::List(&list)
-            }
-            Op::MoeGemm { a, b, offsets, alpha, c } => {
-                GroupedOperands::Moe { a: nvfp4_act(a, "grouped")?, b, offsets, alpha: *alpha, c }
-            }
+            Op::GroupedGemm(groups) => GroupedOperands::List(groups),
+            Op::MoeGemm { a, b, offsets, alpha, c } => GroupedOperands::Moe { a: *a, b, offsets, alpha: *alpha, c },
             _ => return Err(Error::Invalid(format!("a grouped plan bound to a {}", op.name()))),
         };
-        let main = k.function(Kind::Grouped.module(), self.symbol())?;
+        let module = Kind::Grouped.module_for(self.x);
+        let main = k.function(module, self.symbol())?;
         k.gpu().allow_smem(&main, self.smem_bytes())?;
-        let prepare = k.function(Kind::Grouped.module(), PREPARE_SYMBOL)?;
+        // The pre-pass decodes NVFP4 X and builds the table; with 16-bit activations only the
+        // table is built.
+        let first = match self.x {
+            XKind::Nvfp4 => PREPARE_SYMBOL,
+            XKind::Dense(_) => TABLE_SYMBOL,
+        };
+        let prepare = k.function(module, first)?;
         Ok(Box::new(bind_grouped(k.gpu(), self, (prepare, main), &ops, ws)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::cuda::family::Modeled;
+    use crate::backend::cuda::overrides::Overrides;
+    use crate::backend::cuda::route::route;
+    use crate::format::{OutputDtype, ScaleLayout};
+    use crate::problem::Shape;
+
+    /// W4A16 GEMMs, dual GEMMs and grouped launches (both forms) route to the skeleton's W4A16
+    /// kernel of the activation's type, in one family each; the W4A4 form of the same shape keeps
+    /// its own kernel; K that the skeleton cannot take is refused with a typed error, since no
+    /// other family has W4A16 kernels.
+    #[test]
+    fn w4a16_routes_to_the_w4a16_kernels() {
+        let cases = [
+            (Shape::Gemm { m: 1, n: 8192, k: 8192, l: 1 }, "sm90", "gemm"),
+            (Shape::Gemm { m: 4096, n: 1024, k: 8192, l: 1 }, "sm90", "gemm"),
+            (Shape::Gemm { m: 7, n: 300, k: 96, l: 3 }, "sm90", "gemm"),
+            (Shape::DualGemm { m: 256, n: 4096, k: 7168, l: 1 }, "sm90", "dual_gemm"),
+            (Shape::GroupedGemm { groups: vec![(40, 512, 256), (512, 384, 256)] }, "grouped", "grouped_gemm"),
+            (Shape::Moe { n: 384, k: 512, counts: vec![40, 0, 76, 8] }, "grouped", "grouped_gemm"),
+        ];
+        for (shape, family, op) in cases {
+            for (dtype, ty) in [(OutputDtype::Bf16, "bf16"), (OutputDtype::F16, "f16")] {
+                for layout in [ScaleLayout::Plain, ScaleLayout::Blocked] {
+                    let r = route(&shape.op_meta_in(layout, Some(dtype)), &Modeled::HOPPER, &Overrides::NONE)
+                        .unwrap_or_else(|e| panic!("{shape} {ty}: {e}"));
+                    assert_eq!(r.family(), family, "{shape} {ty}: {r}");
+                    assert!(r.plan().starts_with(&format!("{op}_w4a16{ty}_sm90_ws_m")), "{shape} {ty}: {r}");
+                    let w4a4 = route(&shape.op_meta(layout), &Modeled::HOPPER, &Overrides::NONE).unwrap();
+                    assert!(!w4a4.plan().contains("w4a16"), "{shape}: {w4a4}");
+                }
+            }
+        }
+        let k48 = Shape::Gemm { m: 8, n: 64, k: 48, l: 1 }.op_meta_in(ScaleLayout::Plain, Some(OutputDtype::Bf16));
+        let e = route(&k48, &Modeled::HOPPER, &Overrides::NONE).err().expect("refused");
+        assert!(e.to_string().contains("K = 48"), "{e}");
     }
 }

@@ -8,9 +8,11 @@ mod family;
 pub mod grouped;
 pub mod plan;
 
-pub use super::kernels::sm90::{Op, Variant, VARIANTS};
+pub use super::kernels::sm90::{Op, Variant, XKind, VARIANTS};
 pub use bind::Sm90Operands;
 pub(crate) use bind::{bind, Sm90Kernels};
 pub(crate) use family::{grouped_route, route};
-pub use grouped::{grouped_plan, grouped_rejects, GroupedOperands, GroupedPlan, GroupedShape};
-pub use plan::{plan, rejects, stream_k_shape, Forced, Schedule, Sm90Plan, Sm90Scratch};
+pub use grouped::{
+    grouped_plan, grouped_plan_for, grouped_rejects, grouped_rejects_for, GroupedOperands, GroupedPlan, GroupedShape,
+};
+pub use plan::{plan, plan_for, rejects, rejects_for, stream_k_shape, Forced, Schedule, Sm90Plan, Sm90Scratch};

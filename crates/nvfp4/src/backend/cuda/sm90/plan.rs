@@ -8,7 +8,7 @@
 use std::fmt;
 
 use crate::backend::cuda::device::{Carve, WorkspaceNeeds};
-use crate::backend::cuda::kernels::sm90::{Layout, Op, Variant, BK, VARIANTS};
+use crate::backend::cuda::kernels::sm90::{Layout, Op, Variant, XKind, BK, VARIANTS};
 
 /// Most K slices per tile.
 pub const MAX_SPLIT: usize = 16;
@@ -85,7 +85,18 @@ impl Forced {
 
 /// Why the skeleton cannot take a problem of `op` with this shape (the caller falls back to the
 /// general kernel), or `None`. `forced` is the operation's forced choice.
-pub fn rejects(op: Op, (m, n, k, l): (usize, usize, usize, usize), forced: Option<Forced>) -> Option<String> {
+pub fn rejects(op: Op, mnkl: (usize, usize, usize, usize), forced: Option<Forced>) -> Option<String> {
+    rejects_for(op, XKind::Nvfp4, mnkl, forced)
+}
+
+/// [`rejects`] for X of kind `x`: a 16-bit activation needs the same K alignment (the weights'
+/// 16-byte TMA rows), and no decoded copy of X to index.
+pub fn rejects_for(
+    op: Op,
+    x: XKind,
+    (m, n, k, l): (usize, usize, usize, usize),
+    forced: Option<Forced>,
+) -> Option<String> {
     match forced {
         Some(Forced::Off) => return Some(format!("disabled by {}=off", Forced::var(op))),
         Some(Forced::Small) => return Some(format!("disabled by {}=small", Forced::var(op))),
@@ -98,7 +109,10 @@ pub fn rejects(op: Op, (m, n, k, l): (usize, usize, usize, usize), forced: Optio
     let w = n.checked_mul(op.parts());
     // The X pre-pass indexes its f16 output ([L, rows, K padded to 64]) with 32-bit offsets, the
     // epilogue the output.
-    let x16 = m.max(n).checked_mul(k.next_multiple_of(BK)).and_then(|x| x.checked_mul(l));
+    let x16 = match x {
+        XKind::Nvfp4 => m.max(n).checked_mul(k.next_multiple_of(BK)).and_then(|x| x.checked_mul(l)),
+        XKind::Dense(_) => Some(0),
+    };
     if !fits(l.checked_mul(m).and_then(|x| x.checked_mul(n)))
         || !fits(w.and_then(|w| w.max(m).checked_mul(k / 2)))
         || !fits(x16)
@@ -113,11 +127,14 @@ pub fn rejects(op: Op, (m, n, k, l): (usize, usize, usize, usize), forced: Optio
 pub struct Sm90Plan {
     /// The operation.
     pub op: Op,
+    /// What X is: NVFP4 (decoded by the pre-pass) or a 16-bit activation (W4A16, one launch).
+    pub x: XKind,
     /// Tile variant.
     pub variant: Variant,
     /// (M, N, K, L).
     pub mnkl: (usize, usize, usize, usize),
-    /// W = B (and B2) and X = A (weights on the wgmma M side), else W = A and X = B.
+    /// W = B (and B2) and X = A (weights on the wgmma M side), else W = A and X = B. Always
+    /// with a 16-bit activation A.
     pub swapped: bool,
     /// Tiles along W and X.
     pub tiles: (usize, usize),
@@ -172,7 +189,7 @@ impl Sm90Plan {
     }
     /// The kernel symbol.
     pub fn symbol(&self) -> &'static str {
-        self.variant.symbol(self.op)
+        self.variant.symbol_for(self.op, self.x)
     }
     /// CTAs per launched cluster (1: no cluster).
     pub fn launch_cluster(&self) -> usize {
@@ -188,7 +205,7 @@ impl Sm90Plan {
         let l = self.mnkl.3;
         let tiles = self.tiles.0 * self.tiles.1 * l;
         let mut c = Carve::default();
-        let x16 = l * x_rows * self.k_iters * BK * 2;
+        let x16 = if self.x == XKind::Nvfp4 { l * x_rows * self.k_iters * BK * 2 } else { 0 };
         let partials = if self.global_fixup() { tiles * self.split * self.variant.bm * self.variant.bn * 4 } else { 0 };
         let (xo, po) = (c.take(x16), c.take(partials));
         let counters = if self.global_fixup() { tiles } else { 0 };
@@ -200,10 +217,11 @@ impl fmt::Display for Sm90Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (m, n, k, l) = self.mnkl;
         let (v, lay) = (self.variant, self.layout());
-        let w = match (self.op, self.swapped) {
-            (Op::Dual, _) => "B1|B2",
-            (Op::Gemm | Op::Grouped, true) => "B (swap AB)",
-            (Op::Gemm | Op::Grouped, false) => "A",
+        let w = match (self.op, self.swapped, self.x) {
+            (Op::Dual, _, _) => "B1|B2",
+            (Op::Gemm | Op::Grouped, true, XKind::Nvfp4) => "B (swap AB)",
+            (Op::Gemm | Op::Grouped, _, XKind::Dense(_)) => "B (X = the 16-bit A)",
+            (Op::Gemm | Op::Grouped, false, XKind::Nvfp4) => "A",
         };
         write!(
             f,
@@ -311,10 +329,24 @@ pub fn stream_k_shape(groups: usize, k_iters: usize, slots: usize) -> (usize, us
 
 /// The plan for `op` on (M, N, K, L) with `sms` SMs, restricted to a forced variant (and cluster
 /// and schedule, when legal). Deterministic.
-pub fn plan(op: Op, (m, n, k, l): (usize, usize, usize, usize), sms: usize, forced: Option<Forced>) -> Sm90Plan {
+pub fn plan(op: Op, mnkl: (usize, usize, usize, usize), sms: usize, forced: Option<Forced>) -> Sm90Plan {
+    plan_for(op, XKind::Nvfp4, mnkl, sms, forced)
+}
+
+/// [`plan`] for X of kind `x`.
+// NOTE: the cost model is the W4A4 kernels' (fitted on the H100); the W4A16 decode costs more
+// issue slots per element (it gathers its bytes and converts 4 scales per sub-stage, not 1).
+pub fn plan_for(
+    op: Op,
+    x: XKind,
+    (m, n, k, l): (usize, usize, usize, usize),
+    sms: usize,
+    forced: Option<Forced>,
+) -> Sm90Plan {
     // The larger operand runs on the wgmma M side (decoded once per X tile, in registers); the
-    // smaller one is decoded once per launch by the pre-pass. Both parts of a dual GEMM are W.
-    let swapped = op == Op::Dual || m < n;
+    // smaller one is decoded once per launch by the pre-pass. Both parts of a dual GEMM are W;
+    // with a 16-bit activation A, W is always the weights B.
+    let swapped = op == Op::Dual || m < n || x != XKind::Nvfp4;
     let (w_rows, x_rows) = if swapped { (n, m) } else { (m, n) };
     let k_iters = k.div_ceil(BK);
     let mut best: Option<Sm90Plan> = None;
@@ -347,6 +379,7 @@ pub fn plan(op: Op, (m, n, k, l): (usize, usize, usize, usize), sms: usize, forc
             let slots = sms / cluster;
             let config = |schedule, split, kcluster, iters_per_split, units, slots: usize, est: f64| Sm90Plan {
                 op,
+                x,
                 variant: v,
                 mnkl: (m, n, k, l),
                 swapped,
@@ -399,7 +432,7 @@ pub fn plan(op: Op, (m, n, k, l): (usize, usize, usize, usize), sms: usize, forc
         Some(b) => b,
         // A forced cluster or schedule that is not legal for this shape: the forced variant's
         // best configuration.
-        None => plan(op, (m, n, k, l), sms, only.map(|v| Forced::Config(v, None, None))),
+        None => plan_for(op, x, (m, n, k, l), sms, only.map(|v| Forced::Config(v, None, None))),
     }
 }
 
@@ -567,6 +600,36 @@ mod tests {
                 assert_eq!(*ctas, expect, "tile {t}");
             }
             assert_eq!(pieces, per_tile.iter().map(Vec::len).max().unwrap());
+        }
+    }
+
+    /// With a 16-bit activation the weights are always W (also for large M), there is no
+    /// decoded X to hold, and the kernel is the W4A16 one of the activation's type.
+    #[test]
+    fn w4a16_plans() {
+        use crate::format::OutputDtype;
+        for dtype in [OutputDtype::Bf16, OutputDtype::F16] {
+            let x = XKind::Dense(dtype);
+            for op in [Op::Gemm, Op::Dual] {
+                for mnkl in [(1, 8192, 8192, 1), (256, 8192, 8192, 1), (4096, 1024, 8192, 1), (7, 300, 96, 3)] {
+                    let c = plan_for(op, x, mnkl, 132, None);
+                    assert_eq!(c, plan_for(op, x, mnkl, 132, None));
+                    assert!(c.swapped && c.x == x, "{c}");
+                    assert_eq!(c.wx_rows(), (mnkl.1, mnkl.0));
+                    let ty = if dtype == OutputDtype::Bf16 { "bf16" } else { "f16" };
+                    let want = format!("{}_w4a16{ty}_sm90_ws_m{}n{}", op.name(), c.variant.bm, c.variant.bn);
+                    assert_eq!(c.symbol(), want);
+                    let s = c.scratch();
+                    assert_eq!(s.x16.1, 0, "{c}");
+                    assert_eq!(s.needs.bytes, s.partials.1, "{c}");
+                    assert!(c.to_string().contains("X = the 16-bit A") || op == Op::Dual, "{c}");
+                }
+            }
+            // No decoded copy of X to index: a large M is taken (the W4A4 path's f16 copy of
+            // 2^18 x 8192 elements would not fit 32-bit offsets).
+            assert!(rejects(Op::Gemm, (1 << 18, 1024, 8192, 1), None).is_some());
+            assert_eq!(rejects_for(Op::Gemm, x, (1 << 18, 1024, 8192, 1), None), None);
+            assert!(rejects_for(Op::Gemm, x, (64, 64, 48, 1), None).is_some());
         }
     }
 

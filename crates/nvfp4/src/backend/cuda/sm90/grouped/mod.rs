@@ -6,4 +6,6 @@ mod plan;
 
 pub(crate) use bind::bind_grouped;
 pub use bind::GroupedOperands;
-pub use plan::{grouped_plan, grouped_rejects, GroupedPlan, GroupedScratch, GroupedShape};
+pub use plan::{
+    grouped_plan, grouped_plan_for, grouped_rejects, grouped_rejects_for, GroupedPlan, GroupedScratch, GroupedShape,
+};

@@ -7,8 +7,8 @@ use std::fmt;
 
 use crate::backend::cuda::device::{Carve, WorkspaceNeeds};
 use crate::backend::cuda::kernels::grouped::MAX_SEGMENTS;
-use crate::backend::cuda::kernels::sm90::{Op, Variant, BK, THREADS, VARIANTS};
-use crate::backend::cuda::sm90::plan::{fixup_cycles, rejects, stage_cycles, Forced, UNIT_OVERHEAD_CYCLES};
+use crate::backend::cuda::kernels::sm90::{Op, Variant, XKind, BK, THREADS, VARIANTS};
+use crate::backend::cuda::sm90::plan::{fixup_cycles, rejects_for, stage_cycles, Forced, UNIT_OVERHEAD_CYCLES};
 
 /// The shape of a grouped launch.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,6 +24,9 @@ pub enum GroupedShape {
 pub struct GroupedPlan {
     /// Tile variant (one for every group).
     pub variant: Variant,
+    /// What every group's X is: NVFP4 (decoded by the pre-pass) or a 16-bit activation (W4A16:
+    /// loaded as it is, W always the weights).
+    pub x: XKind,
     /// The shape.
     pub shape: GroupedShape,
     /// Per group of a list: W = B (the weights on the wgmma M side), else W = A. MoE: W is
@@ -40,7 +43,7 @@ pub struct GroupedPlan {
 /// Where a grouped plan's scratch lives in its workspace, in bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GroupedScratch {
-    /// Each X operand's decoded f16 `[rows, K64]`: (offset, bytes).
+    /// Each X operand's decoded f16 `[rows, K64]`: (offset, bytes); none with 16-bit activations.
     pub x16: Vec<(usize, usize)>,
     /// The work table and each CTA's first entry.
     pub units: (usize, usize),
@@ -54,6 +57,11 @@ pub struct GroupedScratch {
 
 /// Why the skeleton cannot take this grouped launch, or `None`.
 pub fn grouped_rejects(shape: &GroupedShape, forced: Option<Forced>) -> Option<String> {
+    grouped_rejects_for(shape, XKind::Nvfp4, forced)
+}
+
+/// [`grouped_rejects`] for X of kind `x`.
+pub fn grouped_rejects_for(shape: &GroupedShape, x: XKind, forced: Option<Forced>) -> Option<String> {
     if forced == Some(Forced::Off) {
         return Some(format!("disabled by {}=off", Forced::var(Op::Grouped)));
     }
@@ -76,7 +84,7 @@ pub fn grouped_rejects(shape: &GroupedShape, forced: Option<Forced>) -> Option<S
         return Some(format!("{} groups: one launch takes at most {MAX_SEGMENTS}", groups.len()));
     }
     for &(m, n, k) in groups {
-        if let Some(why) = rejects(Op::Gemm, (m, n, k, 1), None) {
+        if let Some(why) = rejects_for(Op::Gemm, x, (m, n, k, 1), None) {
             return Some(why);
         }
         // The table packs k-step ranges in 16 bits.
@@ -99,13 +107,19 @@ const CHOSEN: [Variant; 2] = [Variant { bm: 256, bn: 128 }, Variant { bm: 128, b
 
 /// The plan of a grouped launch on `sms` SMs (the variant forced by `NVFP4_GROUPED_SM90`, if any).
 pub fn grouped_plan(shape: &GroupedShape, sms: usize, forced: Option<Forced>) -> GroupedPlan {
+    grouped_plan_for(shape, XKind::Nvfp4, sms, forced)
+}
+
+/// [`grouped_plan`] for X of kind `x`.
+pub fn grouped_plan_for(shape: &GroupedShape, x: XKind, sms: usize, forced: Option<Forced>) -> GroupedPlan {
     let only = match forced {
         Some(Forced::Config(v, _, _)) => Some(v),
         _ => None,
     };
-    // A list group's larger operand is W, as in a GEMM; a MoE launch's W is the experts.
+    // A list group's larger operand is W, as in a GEMM (with a 16-bit activation A, W is always
+    // B); a MoE launch's W is the experts.
     let swapped: Vec<bool> = match shape {
-        GroupedShape::List(g) => g.iter().map(|&(m, n, _)| m < n).collect(),
+        GroupedShape::List(g) => g.iter().map(|&(m, n, _)| m < n || x != XKind::Nvfp4).collect(),
         GroupedShape::Moe { .. } => Vec::new(),
     };
     let mut best: Option<(GroupedPlan, f64)> = None;
@@ -146,6 +160,7 @@ pub fn grouped_plan(shape: &GroupedShape, sms: usize, forced: Option<Forced>) ->
             best = Some((
                 GroupedPlan {
                     variant: v,
+                    x,
                     shape: shape.clone(),
                     swapped: swapped.clone(),
                     grid: sms,
@@ -162,14 +177,17 @@ pub fn grouped_plan(shape: &GroupedShape, sms: usize, forced: Option<Forced>) ->
 impl GroupedPlan {
     /// The main kernel's symbol.
     pub fn symbol(&self) -> &'static str {
-        self.variant.symbol(Op::Grouped)
+        self.variant.symbol_for(Op::Grouped, self.x)
     }
     /// Dynamic shared memory of the main kernel.
     pub fn smem_bytes(&self) -> usize {
         self.variant.layout(Op::Grouped).smem_bytes
     }
-    /// Rows and K of each X operand the pre-pass decodes.
+    /// Rows and K of each X operand the pre-pass decodes (none: 16-bit activations).
     fn x_operands(&self) -> Vec<(usize, usize)> {
+        if self.x != XKind::Nvfp4 {
+            return Vec::new();
+        }
         match &self.shape {
             GroupedShape::List(g) => {
                 g.iter().zip(&self.swapped).map(|(&(m, n, k), &sw)| (if sw { m } else { n }, k)).collect()
@@ -204,6 +222,10 @@ impl fmt::Display for GroupedPlan {
             GroupedShape::Moe { t, n, k, e } => format!("MoE T={t} N={n} K={k} E={e}"),
         };
         let swapped = self.swapped.iter().filter(|&&s| s).count();
+        let what = match self.x {
+            XKind::Nvfp4 => what,
+            XKind::Dense(d) => format!("{what} (W4A16 {d})"),
+        };
         write!(
             f,
             "{} {what}: tile {}x{}x{BK}, W = B in {swapped} of {} groups, stream-K over {} CTAs x {THREADS}, table <= {} \
@@ -269,6 +291,29 @@ mod tests {
                     assert_eq!(bytes, if sw { m } else { n } * k.div_ceil(64) * 64 * 2);
                 }
             }
+        }
+    }
+
+    /// With 16-bit activations every group's W is its weights, nothing is decoded before the
+    /// launch, and the kernel is the W4A16 one of the activations' type.
+    #[test]
+    fn w4a16_plans() {
+        use crate::format::OutputDtype;
+        let x = XKind::Dense(OutputDtype::Bf16);
+        for s in [
+            GroupedShape::List(vec![(512, 128, 256), (7, 1, 64), (130, 257, 4096)]),
+            GroupedShape::Moe { t: 1024, n: 4096, k: 7168, e: 8 },
+        ] {
+            assert_eq!(grouped_rejects_for(&s, x, None), None);
+            let p = grouped_plan_for(&s, x, 132, None);
+            assert!(p.swapped.iter().all(|&sw| sw), "{p}");
+            assert!(p.scratch().x16.is_empty(), "{p}");
+            let want = format!("grouped_gemm_w4a16bf16_sm90_ws_m{}n{}", p.variant.bm, p.variant.bn);
+            assert_eq!(p.symbol(), want);
+            // The rest of the scratch is the W4A4 plan's.
+            let q = grouped_plan(&s, 132, None);
+            let (ps, qs) = (p.scratch(), q.scratch());
+            assert_eq!((ps.units.1, ps.slot_first.1, ps.partials.1), (qs.units.1, qs.slot_first.1, qs.partials.1));
         }
     }
 
