@@ -224,12 +224,29 @@ NVFP4_DEVICE u32 hmul2(u32 a, u32 b) {
   return d;
 }
 
+// bf16x2 multiply (sm_90), rounding once; subnormal inputs are kept (there is no .ftz form):
+// exact when the products fit bf16, as the W4A16 decode's scaled E2M1 values do (nvfp4.cuh).
+NVFP4_DEVICE u32 mul_bf16x2(u32 a, u32 b) {
+  u32 d;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
 // ---- tensor cores (mma.sync, sm_80+) -----------------------------------------------------------
 
 // D = A * B + C, m16n8k16, f16 inputs, f32 accumulators. a: 4 regs, b: 2 regs, c/d: 4 floats.
 NVFP4_DEVICE void mma_m16n8k16_f16_f32(float* d, const u32* a, const u32* b) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// The same with bf16 inputs.
+NVFP4_DEVICE void mma_m16n8k16_bf16_f32(float* d, const u32* a, const u32* b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));

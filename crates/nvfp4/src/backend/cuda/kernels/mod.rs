@@ -7,6 +7,7 @@
 pub mod fallback;
 pub mod floors;
 pub mod gemv;
+pub mod gemv16;
 pub mod grouped;
 mod module;
 pub mod quantize;
@@ -18,8 +19,9 @@ use std::sync::OnceLock;
 pub use module::KernelModule;
 
 /// Every kernel module of the library.
-pub static MODULES: [&KernelModule; 9] = [
+pub static MODULES: [&KernelModule; 10] = [
     &gemv::GEMV,
+    &gemv16::GEMV16,
     &fallback::FALLBACK,
     &small::SMALL,
     &sm90::DECODE_X,
@@ -47,8 +49,9 @@ pub static PDL_READY: &[&str] = &[
 ];
 
 /// Modules whose every kernel is ready in the sense of [`PDL_READY`]: kernels/gemv.cu reads B and
-/// writes its output and split-K workspace only after the wait; kernels/gemm_small.cu waits first.
-pub static PDL_READY_MODULES: &[&KernelModule] = &[&gemv::GEMV, &small::SMALL];
+/// writes its output and split-K workspace only after the wait, kernels/gemv16.cu likewise its
+/// activation; kernels/gemm_small.cu waits first.
+pub static PDL_READY_MODULES: &[&KernelModule] = &[&gemv::GEMV, &gemv16::GEMV16, &small::SMALL];
 
 /// True when `symbol`'s kernel may be launched as a programmatic dependent (see [`PDL_READY`]).
 pub fn pdl_ready(symbol: &str) -> bool {
@@ -92,6 +95,7 @@ pub fn generated_header() -> &'static str {
         );
         for decl in [
             gemv::GemvParams::cuda_decl(),
+            gemv16::Gemv16Params::cuda_decl(),
             fallback::MmaProblem::cuda_decl(),
             fallback::MmaParams::cuda_decl(),
             small::SmallParams::cuda_decl(),
@@ -119,6 +123,7 @@ pub fn generated_header() -> &'static str {
         s += &fallback::cuda_sizes();
         s += &small::cuda_sizes();
         s += &gemv::cuda_sizes();
+        s += &gemv16::cuda_sizes();
         s
     })
 }
