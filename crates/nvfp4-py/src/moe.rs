@@ -5,7 +5,7 @@
 //! change them between replays); on the CPU they are checked and run on the exact reference.
 
 use nvfp4::backend::cuda::{DeviceOp, I32View};
-use nvfp4::ops::Op;
+use nvfp4::ops::{Act, Op};
 use nvfp4::{Backend, CpuBackend, MoeGemm};
 use pyo3::prelude::*;
 
@@ -63,7 +63,7 @@ pub fn grouped_gemm_moe(
             offsets.shape
         )));
     }
-    validate(Op::MoeGemm { a: a.meta, b: b.meta, offsets: e, alpha, c: None })?;
+    validate(Op::MoeGemm { a: Act::Nvfp4(a.meta), b: b.meta, offsets: e, alpha, c: None })?;
     let shape = [1, t, n];
     check_out(&out, shape, a.flat)?;
     match call.device() {
@@ -81,7 +81,7 @@ pub fn grouped_gemm_moe(
             // enqueued kernels run; the kernels clamp its values into [0, T].
             let ov = unsafe { I32View::from_raw(offsets.ptr, e) }.py()?;
             let k = key(OP_MOE, &[&a, &b], &[&out, &offsets], &[alpha]);
-            launch(py, &call, d, k, || DeviceOp::MoeGemm { a: &av, b: &bv, offsets: &ov, alpha, c: &cv })
+            launch(py, &call, d, k, || DeviceOp::MoeGemm { a: Act::Nvfp4(&av), b: &bv, offsets: &ov, alpha, c: &cv })
         }
     }
 }

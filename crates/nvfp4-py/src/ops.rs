@@ -3,7 +3,7 @@
 //! (zero-copy views, bound and launched on the caller's stream, nothing allocated).
 
 use nvfp4::backend::cuda::{DeviceOp, F16View, GemmViews, Nvfp4View};
-use nvfp4::ops::{Group, Op, OpMeta};
+use nvfp4::ops::{Act, Group, Op, OpMeta};
 use nvfp4::{Backend, CpuBackend, DualGemm, Gemm, Gemv, OutputDtype, ScaleLayout};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
@@ -153,9 +153,9 @@ fn gemm_shaped(
     let out = call.tensor(out, "out")?;
     let alpha = check_alpha(alpha)?;
     validate(if gemv {
-        Op::Gemv { a: a.meta, b: b.meta, alpha, c: None }
+        Op::Gemv { a: a.meta, b: Act::Nvfp4(b.meta), alpha, c: None }
     } else {
-        Op::Gemm { a: a.meta, b: b.meta, alpha, c: None }
+        Op::Gemm { a: Act::Nvfp4(a.meta), b: b.meta, alpha, c: None }
     })?;
     // The GEMV kernel reads both operands in one scale layout: refused on both devices alike.
     if gemv && a.meta.layout != b.meta.layout {
@@ -180,9 +180,9 @@ fn gemm_shaped(
             let k = key(if gemv { 2 } else { 1 }, &[&a, &b], &[&out], &[alpha]);
             launch(py, &call, d, k, || {
                 if gemv {
-                    DeviceOp::Gemv { a: &av, b: &bv, alpha, c: &cv }
+                    DeviceOp::Gemv { a: &av, b: Act::Nvfp4(&bv), alpha, c: &cv }
                 } else {
-                    DeviceOp::Gemm { a: &av, b: &bv, alpha, c: &cv }
+                    DeviceOp::Gemm { a: Act::Nvfp4(&av), b: &bv, alpha, c: &cv }
                 }
             })
         }
@@ -211,7 +211,7 @@ pub fn dual_gemm(
     let b2 = call.operand(b2, sfb2, "b2", "sfb2")?;
     let out = call.tensor(out, "out")?;
     let alpha = check_alpha(alpha)?;
-    validate(Op::DualGemm { a: a.meta, b1: b1.meta, b2: b2.meta, alpha, c: None })?;
+    validate(Op::DualGemm { a: Act::Nvfp4(a.meta), b1: b1.meta, b2: b2.meta, alpha, c: None })?;
     let shape = [a.meta.l, a.meta.rows, b1.meta.rows];
     check_out(&out, shape, a.flat && b1.flat && b2.flat)?;
     match call.device() {
@@ -224,7 +224,7 @@ pub fn dual_gemm(
         Device::Cuda(d) => {
             let (av, b1v, b2v, cv) = (a.view()?, b1.view()?, b2.view()?, out_view(&out, shape)?);
             let k = key(3, &[&a, &b1, &b2], &[&out], &[alpha]);
-            launch(py, &call, d, k, || DeviceOp::DualGemm { a: &av, b1: &b1v, b2: &b2v, alpha, c: &cv })
+            launch(py, &call, d, k, || DeviceOp::DualGemm { a: Act::Nvfp4(&av), b1: &b1v, b2: &b2v, alpha, c: &cv })
         }
     }
 }
@@ -277,7 +277,11 @@ pub fn grouped_gemm(
     }
     // The operation's rules first (a group's L or K), then each output against its group.
     validate(Op::GroupedGemm(
-        pairs.iter().zip(&alphas).map(|((a, b), &alpha)| Group { a: a.meta, b: b.meta, alpha, c: None }).collect(),
+        pairs
+            .iter()
+            .zip(&alphas)
+            .map(|((a, b), &alpha)| Group { a: Act::Nvfp4(a.meta), b: b.meta, alpha, c: None })
+            .collect(),
     ))?;
     let mut ops = Vec::with_capacity(g);
     for (i, (a, b)) in pairs.into_iter().enumerate() {
@@ -303,8 +307,11 @@ pub fn grouped_gemm(
             for (a, b, out, shape) in &ops {
                 views.push((a.view()?, b.view()?, out_view(out, *shape)?));
             }
-            let gv: Vec<GemmViews<'_>> =
-                views.iter().zip(&alphas).map(|((a, b, c), al)| GemmViews { a, b, alpha: *al, c }).collect();
+            let gv: Vec<GemmViews<'_>> = views
+                .iter()
+                .zip(&alphas)
+                .map(|((a, b, c), al)| GemmViews { a: Act::Nvfp4(a), b, alpha: *al, c })
+                .collect();
             let operands: Vec<&Operand> = ops.iter().flat_map(|(a, b, _, _)| [a, b]).collect();
             let outs: Vec<&Tensor> = ops.iter().map(|(_, _, out, _)| out).collect();
             let k = key(OP_GROUPED, &operands, &outs, &alphas);

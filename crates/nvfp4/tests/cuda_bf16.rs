@@ -169,7 +169,13 @@ fn moe_bf16_bit_exact() {
         let (da, dw) = (b.upload(&p.a).unwrap(), b.upload(&p.b).unwrap());
         let off = b.upload_i32(&p.offsets).unwrap();
         let c = b.alloc_output_as([1, t + extra, 384], BF16).unwrap();
-        let op = DeviceOp::MoeGemm { a: &da.view(), b: &dw.view(), offsets: &off, alpha: p.alpha, c: &c.view() };
+        let op = DeviceOp::MoeGemm {
+            a: nvfp4::ops::Act::Nvfp4(&da.view()),
+            b: &dw.view(),
+            offsets: &off,
+            alpha: p.alpha,
+            c: &c.view(),
+        };
         let bound = b.bind(op).unwrap();
         for launch in 0..2 {
             b.poison(&c).unwrap();

@@ -190,7 +190,13 @@ fn device_operands_reuse_uploaded_weights() {
         let a = b.upload(&x.a).unwrap();
         // Dual GEMM.
         let c = b.alloc_output([1, m, n]).unwrap();
-        let op = DeviceOp::DualGemm { a: &a.view(), b1: &b1.view(), b2: &b2.view(), alpha: None, c: &c.view() };
+        let op = DeviceOp::DualGemm {
+            a: nvfp4::ops::Act::Nvfp4(&a.view()),
+            b1: &b1.view(),
+            b2: &b2.view(),
+            alpha: None,
+            c: &c.view(),
+        };
         let bound = b.bind(op).unwrap();
         for _ in 0..3 {
             bound.launch().unwrap();
@@ -201,7 +207,7 @@ fn device_operands_reuse_uploaded_weights() {
         assert!(report.passed(), "dual m = {m}: {report}");
         // GEMM against the same uploaded B1.
         let c = b.alloc_output([1, m, n]).unwrap();
-        b.bind(DeviceOp::Gemm { a: &a.view(), b: &b1.view(), alpha: Some(0.5), c: &c.view() })
+        b.bind(DeviceOp::Gemm { a: nvfp4::ops::Act::Nvfp4(&a.view()), b: &b1.view(), alpha: Some(0.5), c: &c.view() })
             .unwrap()
             .launch()
             .unwrap();
@@ -213,11 +219,23 @@ fn device_operands_reuse_uploaded_weights() {
     let Problem::DualGemm(x) = dual(8, n, k, 1, 820) else { unreachable!() };
     let a = b.upload(&x.a).unwrap();
     let wrong = b.alloc_output([1, 8, n + 1]).unwrap();
-    let op = DeviceOp::DualGemm { a: &a.view(), b1: &b1.view(), b2: &b2.view(), alpha: None, c: &wrong.view() };
+    let op = DeviceOp::DualGemm {
+        a: nvfp4::ops::Act::Nvfp4(&a.view()),
+        b1: &b1.view(),
+        b2: &b2.view(),
+        alpha: None,
+        c: &wrong.view(),
+    };
     assert!(matches!(b.bind(op), Err(Error::Shape(_))));
     let Problem::DualGemm(other) = dual(8, n / 2, k, 1, 821) else { unreachable!() };
     let half = b.upload(&other.b2).unwrap();
     let c = b.alloc_output([1, 8, n]).unwrap();
-    let op = DeviceOp::DualGemm { a: &a.view(), b1: &b1.view(), b2: &half.view(), alpha: None, c: &c.view() };
+    let op = DeviceOp::DualGemm {
+        a: nvfp4::ops::Act::Nvfp4(&a.view()),
+        b1: &b1.view(),
+        b2: &half.view(),
+        alpha: None,
+        c: &c.view(),
+    };
     assert!(matches!(b.bind(op), Err(Error::Shape(_))));
 }

@@ -112,7 +112,8 @@ fn check_moe(b: &CudaBackend, counts: &[usize], n: usize, k: usize, layout: Scal
     let (da, dw) = (b.upload(&a.to_layout(layout)).unwrap(), b.upload(&w.to_layout(layout)).unwrap());
     let off = b.upload_i32(&offsets).unwrap();
     let c = b.alloc_output([1, t, n]).unwrap();
-    let op = DeviceOp::MoeGemm { a: &da.view(), b: &dw.view(), offsets: &off, alpha, c: &c.view() };
+    let op =
+        DeviceOp::MoeGemm { a: nvfp4::ops::Act::Nvfp4(&da.view()), b: &dw.view(), offsets: &off, alpha, c: &c.view() };
     let bound = b.bind(op).unwrap_or_else(|e| panic!("MoE {counts:?}: {e}"));
     for i in 0..2 {
         b.poison(&c).unwrap();
@@ -154,8 +155,13 @@ fn moe_routings_alternate_on_one_workspace() {
     let offs: Vec<_> = routings.iter().map(|r| b.upload_i32(r).unwrap()).collect();
     let bound: Vec<_> = (0..2)
         .map(|i| {
-            let op =
-                DeviceOp::MoeGemm { a: &da.view(), b: &dw.view(), offsets: &offs[i], alpha: None, c: &outs[i].view() };
+            let op = DeviceOp::MoeGemm {
+                a: nvfp4::ops::Act::Nvfp4(&da.view()),
+                b: &dw.view(),
+                offsets: &offs[i],
+                alpha: None,
+                c: &outs[i].view(),
+            };
             b.bind(op).unwrap()
         })
         .collect();
@@ -180,12 +186,24 @@ fn moe_rejects_mismatched_operands() {
     let w = b.upload(&tensor(3, 64, 256, 2)).unwrap();
     let c = b.alloc_output([1, 64, 64]).unwrap();
     let two = b.upload_i32(&[10, 20]).unwrap();
-    let op = DeviceOp::MoeGemm { a: &a.view(), b: &w.view(), offsets: &two, alpha: None, c: &c.view() };
+    let op = DeviceOp::MoeGemm {
+        a: nvfp4::ops::Act::Nvfp4(&a.view()),
+        b: &w.view(),
+        offsets: &two,
+        alpha: None,
+        c: &c.view(),
+    };
     assert!(b.bind(op).is_err(), "2 offsets for 3 experts");
     let a48 = b.upload(&tensor(1, 64, 48, 3)).unwrap();
     let w48 = b.upload(&tensor(3, 64, 48, 4)).unwrap();
     let three = b.upload_i32(&[10, 20, 64]).unwrap();
-    let op = DeviceOp::MoeGemm { a: &a48.view(), b: &w48.view(), offsets: &three, alpha: None, c: &c.view() };
+    let op = DeviceOp::MoeGemm {
+        a: nvfp4::ops::Act::Nvfp4(&a48.view()),
+        b: &w48.view(),
+        offsets: &three,
+        alpha: None,
+        c: &c.view(),
+    };
     let err = b.bind(op).err().expect("K = 48 cannot take the TMA path");
     assert!(err.to_string().contains("K = 48"), "{err}");
 }

@@ -35,27 +35,42 @@ fn call(b: &CudaBackend, p: &Problem, ws: &mut Option<Workspace>, stream: &CudaS
         Problem::Gemv(g) => {
             let (a, bb) = (b.upload(&g.a).unwrap(), b.upload(&g.b.to_layout(g.a.layout())).unwrap());
             let c = out([g.a.l(), g.a.rows(), 1]);
-            let op = b.bind_with(DeviceOp::Gemv { a: &a.view(), b: &bb.view(), alpha: g.alpha, c: &c.view() }, ws);
+            let op = b.bind_with(
+                DeviceOp::Gemv { a: &a.view(), b: nvfp4::ops::Act::Nvfp4(&bb.view()), alpha: g.alpha, c: &c.view() },
+                ws,
+            );
             (vec![c], op)
         }
         Problem::Gemm(g) => {
             let (a, bb) = (b.upload(&g.a).unwrap(), b.upload(&g.b).unwrap());
             let c = out([g.a.l(), g.a.rows(), g.b.rows()]);
-            let op = b.bind_with(DeviceOp::Gemm { a: &a.view(), b: &bb.view(), alpha: g.alpha, c: &c.view() }, ws);
+            let op = b.bind_with(
+                DeviceOp::Gemm { a: nvfp4::ops::Act::Nvfp4(&a.view()), b: &bb.view(), alpha: g.alpha, c: &c.view() },
+                ws,
+            );
             (vec![c], op)
         }
         Problem::DualGemm(d) => {
             let (a, b1, b2) = (b.upload(&d.a).unwrap(), b.upload(&d.b1).unwrap(), b.upload(&d.b2).unwrap());
             let c = out([d.a.l(), d.a.rows(), d.b1.rows()]);
-            let op = DeviceOp::DualGemm { a: &a.view(), b1: &b1.view(), b2: &b2.view(), alpha: d.alpha, c: &c.view() };
+            let op = DeviceOp::DualGemm {
+                a: nvfp4::ops::Act::Nvfp4(&a.view()),
+                b1: &b1.view(),
+                b2: &b2.view(),
+                alpha: d.alpha,
+                c: &c.view(),
+            };
             (vec![c], b.bind_with(op, ws))
         }
         Problem::GroupedGemm(gg) => {
             let ups: Vec<_> = gg.groups.iter().map(|g| (b.upload(&g.a).unwrap(), b.upload(&g.b).unwrap())).collect();
             let cs: Vec<DeviceF16> = gg.groups.iter().map(|g| out([1, g.a.rows(), g.b.rows()])).collect();
             let views: Vec<_> = ups.iter().zip(&cs).map(|((a, bb), c)| (a.view(), bb.view(), c.view())).collect();
-            let gv: Vec<GemmViews<'_>> =
-                views.iter().zip(&gg.groups).map(|((a, bb, c), g)| GemmViews { a, b: bb, alpha: g.alpha, c }).collect();
+            let gv: Vec<GemmViews<'_>> = views
+                .iter()
+                .zip(&gg.groups)
+                .map(|((a, bb, c), g)| GemmViews { a: a.into(), b: bb, alpha: g.alpha, c })
+                .collect();
             let op = b.bind_with(DeviceOp::GroupedGemm(gv), ws);
             (cs, op)
         }
@@ -64,7 +79,13 @@ fn call(b: &CudaBackend, p: &Problem, ws: &mut Option<Workspace>, stream: &CudaS
                 (b.upload(&m.a).unwrap(), b.upload(&m.b).unwrap(), b.upload_i32(&m.offsets).unwrap());
             let (_, t, n, _) = m.etnk();
             let c = out([1, t, n]);
-            let op = DeviceOp::MoeGemm { a: &a.view(), b: &bb.view(), offsets: &offsets, alpha: m.alpha, c: &c.view() };
+            let op = DeviceOp::MoeGemm {
+                a: nvfp4::ops::Act::Nvfp4(&a.view()),
+                b: &bb.view(),
+                offsets: &offsets,
+                alpha: m.alpha,
+                c: &c.view(),
+            };
             (vec![c], b.bind_with(op, ws))
         }
     };

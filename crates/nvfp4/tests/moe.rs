@@ -229,6 +229,25 @@ fn host_bytes_count_every_row_of_the_output() {
         fn moe_gemm_as(&self, _: &MoeGemm, _: OutputDtype) -> nvfp4::Result<OutTensor> {
             unimplemented!()
         }
+        fn gemv16_as(&self, _: &nvfp4::Gemv<OutTensor>, _: OutputDtype) -> nvfp4::Result<OutTensor> {
+            unimplemented!()
+        }
+        fn gemm16_as(&self, _: &Gemm<OutTensor>, _: OutputDtype) -> nvfp4::Result<OutTensor> {
+            unimplemented!()
+        }
+        fn dual_gemm16_as(&self, _: &nvfp4::DualGemm<OutTensor>, _: OutputDtype) -> nvfp4::Result<OutTensor> {
+            unimplemented!()
+        }
+        fn grouped_gemm16_as(
+            &self,
+            _: &nvfp4::GroupedGemm<OutTensor>,
+            _: OutputDtype,
+        ) -> nvfp4::Result<Vec<OutTensor>> {
+            unimplemented!()
+        }
+        fn moe_gemm16_as(&self, _: &MoeGemm<OutTensor>, _: OutputDtype) -> nvfp4::Result<OutTensor> {
+            unimplemented!()
+        }
     }
     assert_eq!(p.run_host_bytes(&Other), Some((t * n * 2) as u64));
     assert!(p.run_host_bytes(&CpuBackend).unwrap() > 2 * (t * n * 2) as u64);

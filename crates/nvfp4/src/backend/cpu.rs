@@ -4,9 +4,11 @@
 
 use rayon::prelude::*;
 
-use crate::format::{Nvfp4Tensor, OutTensor, OutputDtype};
+use crate::format::{OutTensor, OutputDtype};
 use crate::memory::{checked_product, checked_sum, ensure_host};
-use crate::ops::{check_product, effective_alpha, Backend, DualGemm, Gemm, Gemv, GroupedGemm, MoeGemm};
+use crate::ops::{
+    check_product, effective_alpha, Activation, Backend, DualGemm, Gemm, Gemv, GroupedGemm, HostActivation, MoeGemm,
+};
 use crate::problem::cpu_working_bytes;
 use crate::Result;
 
@@ -33,11 +35,13 @@ fn dot(a: &[f32], b: &[f32]) -> f64 {
     acc.iter().sum::<f64>() + tail
 }
 
-/// `A[b] · B[b]ᵀ` for every batch b, in f64, `[L, M, N]`.
-fn products(a: &Nvfp4Tensor, b: &Nvfp4Tensor) -> Vec<f64> {
-    let (m, n, k) = (a.rows(), b.rows(), a.k());
-    let mut out = vec![0f64; a.l() * m * n];
-    for batch in 0..a.l() {
+/// `A[b] · B[b]ᵀ` for every batch b, in f64, `[L, M, N]`. Either operand NVFP4 or 16-bit (both
+/// decode exactly to f32).
+fn products(a: &impl HostActivation, b: &impl HostActivation) -> Vec<f64> {
+    let (am, bm) = (a.act_meta(), b.act_meta());
+    let (m, n, k) = (am.rows(), bm.rows(), am.k());
+    let mut out = vec![0f64; am.l() * m * n];
+    for batch in 0..am.l() {
         let da = a.decode_batch(batch);
         let db = b.decode_batch(batch);
         let (da, db) = (&da[..], &db[..]);
@@ -74,18 +78,63 @@ fn round_to(sums: &[f64], alpha: f32, dtype: OutputDtype) -> Vec<u16> {
 impl CpuBackend {
     /// Bytes an operation on `a` and `b` (B's rows are N) holds at once: the 16-bit output and the
     /// working buffers (`sums` f64 product sums, decoded operands; `problem::cpu_working_bytes`).
-    fn footprint(a: &Nvfp4Tensor, b: &Nvfp4Tensor, sums: usize) -> Option<u64> {
+    fn footprint(a: &impl Activation, b: &impl Activation, sums: usize) -> Option<u64> {
+        let (a, b) = (a.act_meta(), b.act_meta());
         let (l, m, n, k) = (a.l(), a.rows(), b.rows(), a.k());
         checked_sum([checked_product(&[l, m, n, 2]), cpu_working_bytes(l, m, n, k, sums)])
     }
 
     /// The operations' fields are public: their scalars are checked again here, so that a changed
     /// alpha or global scale cannot turn exact zeros into NaN.
-    fn gemm_parts(a: &Nvfp4Tensor, b: &Nvfp4Tensor, alpha: Option<f32>, dtype: OutputDtype) -> Result<OutTensor> {
-        check_product("gemm", alpha, &a.meta(), &b.meta(), "b")?;
+    fn gemm_parts(
+        a: &impl HostActivation,
+        b: &impl HostActivation,
+        alpha: Option<f32>,
+        dtype: OutputDtype,
+    ) -> Result<OutTensor> {
+        check_product("gemm", alpha, a, b, "b")?;
         ensure_host("a CPU GEMM", Self::footprint(a, b, 1))?;
         let bits = round_to(&products(a, b), effective_alpha(alpha, a, b), dtype);
-        OutTensor::new(dtype, [a.l(), a.rows(), b.rows()], bits)
+        let (am, bm) = (a.act_meta(), b.act_meta());
+        OutTensor::new(dtype, [am.l(), am.rows(), bm.rows()], bits)
+    }
+
+    /// x1 and x2 scaled by alpha in f64 and rounded to f32, the gate in f32, one rounding to
+    /// `dtype`.
+    fn dual_parts<A: HostActivation>(p: &DualGemm<A>, dtype: OutputDtype) -> Result<OutTensor> {
+        p.op().validate()?;
+        ensure_host("a CPU dual GEMM", Self::footprint(&p.a, &p.b1, 2))?;
+        let (alpha1, alpha2) = (effective_alpha(p.alpha, &p.a, &p.b1), effective_alpha(p.alpha, &p.a, &p.b2));
+        let x1 = products(&p.a, &p.b1);
+        let x2 = products(&p.a, &p.b2);
+        let bits = x1
+            .iter()
+            .zip(&x2)
+            .map(|(&s1, &s2)| {
+                let g = (s1 * alpha1 as f64) as f32;
+                let u = (s2 * alpha2 as f64) as f32;
+                dtype.round_f32(silu(g) * u)
+            })
+            .collect();
+        let (m, n, _, l) = p.mnkl();
+        OutTensor::new(dtype, [l, m, n], bits)
+    }
+
+    /// Each expert with tokens as the GEMM of its slices, one expert at a time (its slices are
+    /// dropped before the next is cut), written into one zeroed `[1, T, N]`.
+    fn moe_parts<A: HostActivation>(p: &MoeGemm<A>, dtype: OutputDtype) -> Result<OutTensor> {
+        // The expert outputs and the assembled output, each [1, T, N] 16-bit at most.
+        let (_, t, n, _) = p.etnk();
+        ensure_host("a CPU MoE GEMM", checked_product(&[2, t, n, 2]))?;
+        let parts = p
+            .routed_experts()?
+            .into_iter()
+            .map(|e| {
+                let g = p.expert_gemm(e)?;
+                Ok((e, Self::gemm_parts(&g.a, &g.b, g.alpha, dtype)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        p.assemble(dtype, parts)
     }
 }
 
@@ -107,45 +156,36 @@ impl Backend for CpuBackend {
         Self::gemm_parts(&p.a, &p.b, p.alpha, dtype)
     }
 
-    /// x1 and x2 scaled by alpha in f64 and rounded to f32, the gate in f32, one rounding to
-    /// `dtype`.
     fn dual_gemm_as(&self, p: &DualGemm, dtype: OutputDtype) -> Result<OutTensor> {
-        p.op().validate()?;
-        ensure_host("a CPU dual GEMM", Self::footprint(&p.a, &p.b1, 2))?;
-        let (alpha1, alpha2) = (effective_alpha(p.alpha, &p.a, &p.b1), effective_alpha(p.alpha, &p.a, &p.b2));
-        let x1 = products(&p.a, &p.b1);
-        let x2 = products(&p.a, &p.b2);
-        let bits = x1
-            .iter()
-            .zip(&x2)
-            .map(|(&s1, &s2)| {
-                let g = (s1 * alpha1 as f64) as f32;
-                let u = (s2 * alpha2 as f64) as f32;
-                dtype.round_f32(silu(g) * u)
-            })
-            .collect();
-        OutTensor::new(dtype, [p.a.l(), p.a.rows(), p.b1.rows()], bits)
+        Self::dual_parts(p, dtype)
     }
 
     fn grouped_gemm_as(&self, p: &GroupedGemm, dtype: OutputDtype) -> Result<Vec<OutTensor>> {
         p.groups.iter().map(|g| Self::gemm_parts(&g.a, &g.b, g.alpha, dtype)).collect()
     }
 
-    /// Each expert with tokens as the GEMM of its slices, one expert at a time (its slices are
-    /// dropped before the next is cut), written into one zeroed `[1, T, N]`.
     fn moe_gemm_as(&self, p: &MoeGemm, dtype: OutputDtype) -> Result<OutTensor> {
-        // The expert outputs and the assembled output, each [1, T, N] 16-bit at most.
-        let (_, t, n, _) = p.etnk();
-        ensure_host("a CPU MoE GEMM", checked_product(&[2, t, n, 2]))?;
-        let parts = p
-            .routed_experts()?
-            .into_iter()
-            .map(|e| {
-                let g = p.expert_gemm(e)?;
-                Ok((e, Self::gemm_parts(&g.a, &g.b, g.alpha, dtype)?))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        p.assemble(dtype, parts)
+        Self::moe_parts(p, dtype)
+    }
+
+    fn gemv16_as(&self, p: &Gemv<OutTensor>, dtype: OutputDtype) -> Result<OutTensor> {
+        Self::gemm_parts(&p.a, &p.b, p.alpha, dtype)
+    }
+
+    fn gemm16_as(&self, p: &Gemm<OutTensor>, dtype: OutputDtype) -> Result<OutTensor> {
+        Self::gemm_parts(&p.a, &p.b, p.alpha, dtype)
+    }
+
+    fn dual_gemm16_as(&self, p: &DualGemm<OutTensor>, dtype: OutputDtype) -> Result<OutTensor> {
+        Self::dual_parts(p, dtype)
+    }
+
+    fn grouped_gemm16_as(&self, p: &GroupedGemm<OutTensor>, dtype: OutputDtype) -> Result<Vec<OutTensor>> {
+        p.groups.iter().map(|g| Self::gemm_parts(&g.a, &g.b, g.alpha, dtype)).collect()
+    }
+
+    fn moe_gemm16_as(&self, p: &MoeGemm<OutTensor>, dtype: OutputDtype) -> Result<OutTensor> {
+        Self::moe_parts(p, dtype)
     }
 }
 

@@ -5,6 +5,7 @@
 
 use std::ops::Range;
 
+use super::act::HostActivation;
 use super::{Gemm, HostOp, Op};
 use crate::format::{Nvfp4Tensor, OutTensor, OutputDtype};
 use crate::{Error, Result};
@@ -16,9 +17,9 @@ use crate::{Error, Result};
 /// expert: no backend writes them (the CPU reference returns zeros there). An expert with
 /// `offsets[e] == offsets[e-1]` has no tokens and is allowed.
 #[derive(Clone, Debug, PartialEq)]
-pub struct MoeGemm {
-    /// `[1, T, K]`: the tokens, sorted by expert.
-    pub a: Nvfp4Tensor,
+pub struct MoeGemm<A = Nvfp4Tensor> {
+    /// `[1, T, K]`: the tokens, sorted by expert (NVFP4, or 16-bit for W4A16).
+    pub a: A,
     /// `[E, N, K]`: all experts' weights, expert e in batch e.
     pub b: Nvfp4Tensor,
     /// E entries: `offsets[e]` is the end row (exclusive) of expert e's tokens in A.
@@ -27,10 +28,10 @@ pub struct MoeGemm {
     pub alpha: Option<f32>,
 }
 
-impl MoeGemm {
+impl<A: HostActivation> MoeGemm<A> {
     /// Checks that A is `[1, T, K]`, B is `[E, N, K]` with the same K, there is one offset per
     /// expert, and the offsets do not decrease and lie in `0..=T`.
-    pub fn new(a: Nvfp4Tensor, b: Nvfp4Tensor, offsets: Vec<i32>, alpha: Option<f32>) -> Result<Self> {
+    pub fn new(a: A, b: Nvfp4Tensor, offsets: Vec<i32>, alpha: Option<f32>) -> Result<Self> {
         let p = Self { a, b, offsets, alpha };
         p.validate()?;
         Ok(p)
@@ -58,7 +59,7 @@ impl MoeGemm {
     }
 
     /// As the generic operation.
-    pub fn op(&self) -> HostOp<'_> {
+    pub fn op(&self) -> HostOp<'_, &A> {
         Op::MoeGemm { a: &self.a, b: &self.b, offsets: self.offsets.as_slice(), alpha: self.alpha, c: () }
     }
 
@@ -68,11 +69,11 @@ impl MoeGemm {
     }
     /// Token count T (rows of A and of the output).
     pub fn tokens(&self) -> usize {
-        self.a.rows()
+        self.a.act_meta().rows()
     }
     /// (E, T, N, K).
     pub fn etnk(&self) -> (usize, usize, usize, usize) {
-        (self.experts(), self.tokens(), self.b.rows(), self.a.k())
+        (self.experts(), self.tokens(), self.b.rows(), self.a.act_meta().k())
     }
 
     /// Rows of A (and of the output) of every expert, in expert order; empty for an expert
@@ -96,7 +97,7 @@ impl MoeGemm {
     /// Expert `e`'s GEMM: its rows of A against `B[e]`, `[1, M_e, K]` x `[1, N, K]`, with the
     /// same alpha and global scales, scales in the operands' layouts. An expert without tokens
     /// (or past E) is a shape error: a GEMM has M >= 1.
-    pub fn expert_gemm(&self, e: usize) -> Result<Gemm> {
+    pub fn expert_gemm(&self, e: usize) -> Result<Gemm<A>> {
         let rows = self
             .expert_rows()?
             .into_iter()

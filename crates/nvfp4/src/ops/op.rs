@@ -6,32 +6,35 @@
 //! backend's bind step and the Python package all call it, and the router reads the same
 //! metadata ([`OpMeta`]).
 
+use super::act::{ActMeta, Activation};
 use super::check_product;
 use crate::format::tensor::check_dims;
 use crate::format::{Nvfp4Meta, Nvfp4Tensor, OutputDtype};
 use crate::{Error, Result};
 
-/// One operation of SPEC §3 on operands `T`, MoE offsets `O`, outputs `C`.
+/// One operation of SPEC §3 on NVFP4 weight operands `T`, MoE offsets `O`, outputs `C` and the
+/// activation operand `A` (`T` itself in W4A4; an [`Act`](super::Act) where either form may
+/// come, SPEC §8): the activation is `a`, except in the GEMV, whose vector `b` is.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Op<T, O, C> {
+pub enum Op<T, O, C, A = T> {
     /// Batched GEMV: B has one row per batch; output `[L, M, 1]`.
-    Gemv { a: T, b: T, alpha: Option<f32>, c: C },
+    Gemv { a: T, b: A, alpha: Option<f32>, c: C },
     /// GEMM: output `[L, M, N]`.
-    Gemm { a: T, b: T, alpha: Option<f32>, c: C },
+    Gemm { a: A, b: T, alpha: Option<f32>, c: C },
     /// Gated dual GEMM: `c = silu(A·B1ᵀ) * (A·B2ᵀ)`, alpha applied to each product.
-    DualGemm { a: T, b1: T, b2: T, alpha: Option<f32>, c: C },
+    DualGemm { a: A, b1: T, b2: T, alpha: Option<f32>, c: C },
     /// Grouped GEMM: every group in one launch (L = 1 each), an output per group.
-    GroupedGemm(Vec<Group<T, C>>),
+    GroupedGemm(Vec<Group<T, C, A>>),
     /// The grouped GEMM's MoE form: tokens `[1, T, K]` sorted by expert, the experts' weights
     /// `[E, N, K]`, E end rows, output `[1, T, N]`.
-    MoeGemm { a: T, b: T, offsets: O, alpha: Option<f32>, c: C },
+    MoeGemm { a: A, b: T, offsets: O, alpha: Option<f32>, c: C },
 }
 
 /// One group of a grouped GEMM: `c = A·Bᵀ` (times alpha), L = 1.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Group<T, C> {
-    /// `[1, M, K]`.
-    pub a: T,
+pub struct Group<T, C, A = T> {
+    /// `[1, M, K]`, the activation.
+    pub a: A,
     /// `[1, N, K]`.
     pub b: T,
     /// The optional FP32 factor before the final rounding.
@@ -49,9 +52,9 @@ pub struct OutMeta {
     pub dtype: OutputDtype,
 }
 
-/// An operation as the rules and the router see it: operand metadata, the offsets' count and
-/// the outputs' metadata (`None` where the backend makes the outputs).
-pub type OpMeta = Op<Nvfp4Meta, usize, Option<OutMeta>>;
+/// An operation as the rules and the router see it: operand metadata, the offsets' count, the
+/// outputs' metadata (`None` where the backend makes the outputs) and the activation's form.
+pub type OpMeta = Op<Nvfp4Meta, usize, Option<OutMeta>, ActMeta>;
 
 /// An NVFP4 operand whose shape is known.
 pub trait Operand {
@@ -127,10 +130,10 @@ impl<C: Output + ?Sized> Output for &C {
     }
 }
 
-impl<T: Operand, O: Offsets, C: Output> Op<T, O, C> {
+impl<T: Operand, O: Offsets, C: Output, A: Activation> Op<T, O, C, A> {
     /// Its metadata.
     pub fn meta(&self) -> OpMeta {
-        self.map(Operand::meta, Offsets::count, Output::out_meta)
+        self.map(Operand::meta, Activation::act_meta, Offsets::count, Output::out_meta)
     }
 
     /// Checks that the operands form the operation and the outputs have its shapes: the rules
@@ -140,44 +143,47 @@ impl<T: Operand, O: Offsets, C: Output> Op<T, O, C> {
     }
 }
 
-impl<T, O, C> Op<T, O, C> {
-    /// The same operation over other holders: `f` maps each operand (in the order a, b; a, b1,
-    /// b2; each group's a, b), `g` the offsets, `h` each output (one, or each group's in order);
-    /// the first error stops it.
-    pub fn try_map<'s, T2, O2, C2, E>(
+impl<T, O, C, A> Op<T, O, C, A> {
+    /// The same operation over other holders: `f` maps each weight operand (in the order b; b1,
+    /// b2; each group's b; the GEMV's matrix a), `fa` each activation (a; each group's a; the
+    /// GEMV's b), `g` the offsets, `h` each output (one, or each group's in order); the first
+    /// error stops it.
+    pub fn try_map<'s, T2, A2, O2, C2, E>(
         &'s self,
         mut f: impl FnMut(&'s T) -> Result<T2, E>,
+        mut fa: impl FnMut(&'s A) -> Result<A2, E>,
         g: impl FnOnce(&'s O) -> Result<O2, E>,
         mut h: impl FnMut(&'s C) -> Result<C2, E>,
-    ) -> Result<Op<T2, O2, C2>, E> {
+    ) -> Result<Op<T2, O2, C2, A2>, E> {
         Ok(match self {
-            Op::Gemv { a, b, alpha, c } => Op::Gemv { a: f(a)?, b: f(b)?, alpha: *alpha, c: h(c)? },
-            Op::Gemm { a, b, alpha, c } => Op::Gemm { a: f(a)?, b: f(b)?, alpha: *alpha, c: h(c)? },
+            Op::Gemv { a, b, alpha, c } => Op::Gemv { a: f(a)?, b: fa(b)?, alpha: *alpha, c: h(c)? },
+            Op::Gemm { a, b, alpha, c } => Op::Gemm { a: fa(a)?, b: f(b)?, alpha: *alpha, c: h(c)? },
             Op::DualGemm { a, b1, b2, alpha, c } => {
-                Op::DualGemm { a: f(a)?, b1: f(b1)?, b2: f(b2)?, alpha: *alpha, c: h(c)? }
+                Op::DualGemm { a: fa(a)?, b1: f(b1)?, b2: f(b2)?, alpha: *alpha, c: h(c)? }
             }
             Op::GroupedGemm(groups) => {
                 let mut out = Vec::with_capacity(groups.len());
                 for x in groups {
-                    out.push(Group { a: f(&x.a)?, b: f(&x.b)?, alpha: x.alpha, c: h(&x.c)? });
+                    out.push(Group { a: fa(&x.a)?, b: f(&x.b)?, alpha: x.alpha, c: h(&x.c)? });
                 }
                 Op::GroupedGemm(out)
             }
             Op::MoeGemm { a, b, offsets, alpha, c } => {
-                Op::MoeGemm { a: f(a)?, b: f(b)?, offsets: g(offsets)?, alpha: *alpha, c: h(c)? }
+                Op::MoeGemm { a: fa(a)?, b: f(b)?, offsets: g(offsets)?, alpha: *alpha, c: h(c)? }
             }
         })
     }
 
     /// [`Op::try_map`] with maps that cannot fail.
-    pub fn map<'s, T2, O2, C2>(
+    pub fn map<'s, T2, A2, O2, C2>(
         &'s self,
         mut f: impl FnMut(&'s T) -> T2,
+        mut fa: impl FnMut(&'s A) -> A2,
         g: impl FnOnce(&'s O) -> O2,
         mut h: impl FnMut(&'s C) -> C2,
-    ) -> Op<T2, O2, C2> {
+    ) -> Op<T2, O2, C2, A2> {
         let r: std::result::Result<_, std::convert::Infallible> =
-            self.try_map(|t| Ok(f(t)), |o| Ok(g(o)), |c| Ok(h(c)));
+            self.try_map(|t| Ok(f(t)), |x| Ok(fa(x)), |o| Ok(g(o)), |c| Ok(h(c)));
         match r {
             Ok(op) => op,
             Err(never) => match never {},
@@ -211,16 +217,38 @@ fn shape_err(s: String) -> Error {
     Error::Shape(s)
 }
 
-fn same_l(what: &str, x: &Nvfp4Meta, y: &Nvfp4Meta) -> Result<()> {
-    if x.l != y.l {
-        return Err(shape_err(format!("{what}: batch counts differ (L = {} vs {})", x.l, y.l)));
+/// The shape of either kind of operand, as the rules read it.
+trait Dims {
+    fn lrk(&self) -> (usize, usize, usize);
+}
+impl Dims for Nvfp4Meta {
+    fn lrk(&self) -> (usize, usize, usize) {
+        (self.l, self.rows, self.k)
+    }
+}
+impl Dims for ActMeta {
+    fn lrk(&self) -> (usize, usize, usize) {
+        (self.l(), self.rows(), self.k())
+    }
+}
+
+fn dims(t: &impl Dims) -> Result<()> {
+    let (l, rows, k) = t.lrk();
+    check_dims(l, rows, k)
+}
+
+fn same_l(what: &str, x: &impl Dims, y: &impl Dims) -> Result<()> {
+    let (xl, yl) = (x.lrk().0, y.lrk().0);
+    if xl != yl {
+        return Err(shape_err(format!("{what}: batch counts differ (L = {xl} vs {yl})")));
     }
     Ok(())
 }
 
-fn same_k(what: &str, x: &Nvfp4Meta, y: &Nvfp4Meta) -> Result<()> {
-    if x.k != y.k {
-        return Err(shape_err(format!("{what}: reduction lengths differ (K = {} vs {})", x.k, y.k)));
+fn same_k(what: &str, x: &impl Dims, y: &impl Dims) -> Result<()> {
+    let (xk, yk) = (x.lrk().2, y.lrk().2);
+    if xk != yk {
+        return Err(shape_err(format!("{what}: reduction lengths differ (K = {xk} vs {yk})")));
     }
     Ok(())
 }
@@ -239,14 +267,28 @@ impl OpMeta {
     pub fn output_shapes(&self) -> Vec<[usize; 3]> {
         match self {
             Op::Gemv { a, .. } => vec![[a.l, a.rows, 1]],
-            Op::Gemm { a, b, .. } | Op::DualGemm { a, b1: b, .. } => vec![[a.l, a.rows, b.rows]],
-            Op::GroupedGemm(groups) => groups.iter().map(|g| [1, g.a.rows, g.b.rows]).collect(),
-            Op::MoeGemm { a, b, .. } => vec![[1, a.rows, b.rows]],
+            Op::Gemm { a, b, .. } | Op::DualGemm { a, b1: b, .. } => vec![[a.l(), a.rows(), b.rows]],
+            Op::GroupedGemm(groups) => groups.iter().map(|g| [1, g.a.rows(), g.b.rows]).collect(),
+            Op::MoeGemm { a, b, .. } => vec![[1, a.rows(), b.rows]],
         }
     }
 
-    fn check(&self) -> Result<()> {
-        let dims = |t: &Nvfp4Meta| check_dims(t.l, t.rows, t.k);
+    /// The activation's form: every group of a grouped GEMM has the same (W4A4 or W4A16 of one
+    /// type; [`OpMeta::check`] refuses a mix).
+    pub fn activation(&self) -> Option<ActMeta> {
+        match self {
+            Op::Gemv { b, .. } => Some(*b),
+            Op::Gemm { a, .. } | Op::DualGemm { a, .. } | Op::MoeGemm { a, .. } => Some(*a),
+            Op::GroupedGemm(groups) => groups.first().map(|g| g.a),
+        }
+    }
+
+    /// The dense activation type when the operation is W4A16, `None` for W4A4.
+    pub fn dense_dtype(&self) -> Option<crate::format::OutputDtype> {
+        self.activation().and_then(|a| a.dense_dtype())
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
         let what = self.name();
         match self {
             Op::Gemv { a, b, alpha, c } => {
@@ -254,8 +296,8 @@ impl OpMeta {
                 dims(b)?;
                 same_l(what, a, b)?;
                 same_k(what, a, b)?;
-                if b.rows != 1 {
-                    return Err(shape_err(format!("gemv: b must have one row per batch, has {}", b.rows)));
+                if b.rows() != 1 {
+                    return Err(shape_err(format!("gemv: b must have one row per batch, has {}", b.rows())));
                 }
                 check_product(what, *alpha, a, b, "b")?;
                 out_is(what, *c, [a.l, a.rows, 1])
@@ -266,10 +308,11 @@ impl OpMeta {
                 same_l(what, a, b)?;
                 same_k(what, a, b)?;
                 check_product(what, *alpha, a, b, "b")?;
-                out_is(what, *c, [a.l, a.rows, b.rows])
+                out_is(what, *c, [a.l(), a.rows(), b.rows])
             }
             Op::DualGemm { a, b1, b2, alpha, c } => {
-                for t in [a, b1, b2] {
+                dims(a)?;
+                for t in [b1, b2] {
                     dims(t)?;
                 }
                 same_l("dual gemm (a, b1)", a, b1)?;
@@ -281,36 +324,43 @@ impl OpMeta {
                 }
                 check_product(what, *alpha, a, b1, "b1")?;
                 check_product(what, *alpha, a, b2, "b2")?;
-                out_is(what, *c, [a.l, a.rows, b1.rows])
+                out_is(what, *c, [a.l(), a.rows(), b1.rows])
             }
             Op::GroupedGemm(groups) => {
                 if groups.is_empty() {
                     return Err(shape_err("grouped gemm: no groups".into()));
                 }
+                let mode = groups[0].a.mode();
                 for (i, g) in groups.iter().enumerate() {
                     let what = format!("grouped gemm, group {i}");
                     dims(&g.a)?;
                     dims(&g.b)?;
                     same_l(&what, &g.a, &g.b)?;
-                    if g.a.l != 1 {
+                    if g.a.l() != 1 {
                         return Err(shape_err(format!(
                             "grouped gemm: group {i} has L = {}, groups must have L = 1",
-                            g.a.l
+                            g.a.l()
+                        )));
+                    }
+                    if g.a.mode() != mode {
+                        return Err(shape_err(format!(
+                            "grouped gemm: group {i}'s activation is {}, group 0's is {mode}: one launch runs one mode",
+                            g.a.mode()
                         )));
                     }
                     same_k(&what, &g.a, &g.b)?;
                     check_product(&format!("grouped gemm: group {i}"), g.alpha, &g.a, &g.b, "b")?;
-                    out_is(&what, g.c, [1, g.a.rows, g.b.rows])?;
+                    out_is(&what, g.c, [1, g.a.rows(), g.b.rows])?;
                 }
                 Ok(())
             }
             Op::MoeGemm { a, b, offsets, alpha, c } => {
                 dims(a)?;
                 dims(b)?;
-                if a.l != 1 {
+                if a.l() != 1 {
                     return Err(shape_err(format!(
                         "moe gemm: a must be [1, T, K] (the tokens of every expert in one batch), has L = {}",
-                        a.l
+                        a.l()
                     )));
                 }
                 same_k(what, a, b)?;
@@ -321,7 +371,7 @@ impl OpMeta {
                     )));
                 }
                 check_product(what, *alpha, a, b, "b")?;
-                out_is(what, *c, [1, a.rows, b.rows])
+                out_is(what, *c, [1, a.rows(), b.rows])
             }
         }
     }
@@ -330,6 +380,7 @@ impl OpMeta {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::ActMeta;
     use crate::ScaleLayout;
 
     fn t(l: usize, rows: usize, k: usize) -> Nvfp4Meta {
@@ -340,13 +391,20 @@ mod tests {
         Some(OutMeta { shape, dtype: OutputDtype::F16 })
     }
 
-    fn err(op: OpMeta) -> String {
-        op.check().expect_err("refused").to_string()
+    /// A W4A4 operation's metadata (every activation NVFP4).
+    type W4a4 = Op<Nvfp4Meta, usize, Option<OutMeta>>;
+
+    fn err(op: W4a4) -> String {
+        op.validate().expect_err("refused").to_string()
+    }
+
+    fn dense(l: usize, rows: usize, k: usize) -> ActMeta {
+        crate::ops::Act::Dense(OutMeta { shape: [l, rows, k], dtype: OutputDtype::Bf16 })
     }
 
     #[test]
     fn operations_that_form_pass() {
-        let ok: [OpMeta; 5] = [
+        let ok: [W4a4; 5] = [
             Op::Gemv { a: t(2, 7, 48), b: t(2, 1, 48), alpha: Some(0.5), c: out([2, 7, 1]) },
             Op::Gemm { a: t(1, 7, 48), b: t(1, 9, 48), alpha: None, c: None },
             Op::DualGemm { a: t(1, 7, 64), b1: t(1, 9, 64), b2: t(1, 9, 64), alpha: None, c: out([1, 7, 9]) },
@@ -357,9 +415,43 @@ mod tests {
             Op::MoeGemm { a: t(1, 40, 256), b: t(3, 64, 256), offsets: 3, alpha: None, c: out([1, 40, 64]) },
         ];
         for op in ok {
-            assert!(op.check().is_ok(), "{op:?}");
-            assert_eq!(op.output_shapes().len(), if let Op::GroupedGemm(g) = &op { g.len() } else { 1 });
+            assert!(op.validate().is_ok(), "{op:?}");
+            assert_eq!(op.meta().output_shapes().len(), if let Op::GroupedGemm(g) = &op { g.len() } else { 1 });
+            assert_eq!(op.meta().dense_dtype(), None);
         }
+    }
+
+    /// W4A16: the dense activation is the GEMM's a and the GEMV's vector b; it follows the
+    /// same shape rules, carries no global scale, and one grouped launch has one mode.
+    #[test]
+    fn dense_activations_follow_the_same_rules() {
+        let ok: [OpMeta; 4] = [
+            Op::Gemv { a: t(2, 7, 48), b: dense(2, 1, 48), alpha: Some(0.5), c: out([2, 7, 1]) },
+            Op::Gemm { a: dense(1, 7, 48), b: t(1, 9, 48), alpha: None, c: None },
+            Op::DualGemm { a: dense(1, 7, 64), b1: t(1, 9, 64), b2: t(1, 9, 64), alpha: None, c: None },
+            Op::MoeGemm { a: dense(1, 40, 256), b: t(3, 64, 256), offsets: 3, alpha: None, c: out([1, 40, 64]) },
+        ];
+        for op in ok {
+            assert!(op.check().is_ok(), "{op:?}");
+            assert_eq!(op.dense_dtype(), Some(OutputDtype::Bf16));
+            assert_eq!(op.meta().output_shapes(), op.output_shapes());
+        }
+        let gemm = |a, b| Op::Gemm { a, b, alpha: None, c: None };
+        let e = |op: OpMeta| op.check().expect_err("refused").to_string();
+        assert!(e(gemm(dense(1, 7, 48), t(1, 9, 64))).contains("reduction lengths differ (K = 48 vs 64)"));
+        assert!(e(gemm(dense(2, 7, 48), t(1, 9, 48))).contains("batch counts differ (L = 2 vs 1)"));
+        assert!(e(gemm(dense(1, 7, 40), t(1, 9, 40))).contains("40"));
+        let gemv = Op::Gemv { a: t(1, 7, 48), b: dense(1, 3, 48), alpha: None, c: None };
+        assert!(e(gemv).contains("one row per batch, has 3"));
+        let mixed = Op::GroupedGemm(vec![
+            Group { a: dense(1, 3, 16), b: t(1, 4, 16), alpha: None, c: None },
+            Group { a: crate::ops::Act::Nvfp4(t(1, 3, 16)), b: t(1, 4, 16), alpha: None, c: None },
+        ]);
+        assert!(e(mixed).contains("group 1's activation is W4A4, group 0's is W4A16 (bfloat16)"));
+        // The weight's global scale still follows its rule; the dense activation has none.
+        let mut w = t(1, 9, 48);
+        w.global_scale = 0.0;
+        assert!(e(gemm(dense(1, 7, 48), w)).contains("global scale of b"));
     }
 
     #[test]

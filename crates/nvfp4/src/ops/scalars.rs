@@ -11,7 +11,7 @@
 //!   output whose exact value is 0 into NaN (0 × inf). It must not round to 0 either unless one of
 //!   the three is 0: every output would silently be 0.
 
-use crate::format::{Nvfp4Meta, Nvfp4Tensor};
+use super::act::Activation;
 use crate::{Error, Result};
 
 /// Why `g` cannot be a global scale (`must be ..`, for the caller to say whose), if it cannot.
@@ -76,26 +76,29 @@ pub fn parse_alpha(s: &str) -> Result<f32> {
 }
 
 /// The factor `alpha × global(a) × global(b)` (alpha 1 when absent), in f32 and in this order.
-pub fn effective_alpha(alpha: Option<f32>, a: &Nvfp4Tensor, b: &Nvfp4Tensor) -> f32 {
-    alpha.unwrap_or(1.0) * a.global_scale() * b.global_scale()
+/// A dense (W4A16) activation's factor is 1.
+pub fn effective_alpha(alpha: Option<f32>, a: &impl Activation, b: &impl Activation) -> f32 {
+    alpha.unwrap_or(1.0) * a.act_meta().global_scale() * b.act_meta().global_scale()
 }
 
 /// Checks every scalar of one product `a · bᵀ` of the operation `what` (`b` is named `b_name`):
 /// alpha, both global scales and their factor (see the module docs). On the operands' metadata,
 /// so that host tensors and device views follow the same rules ([`Op::validate`](super::Op)).
-pub(crate) fn check_product(what: &str, alpha: Option<f32>, a: &Nvfp4Meta, b: &Nvfp4Meta, b_name: &str) -> Result<()> {
+/// A dense (W4A16) activation carries no global scale: its factor is 1.
+pub(crate) fn check_product(
+    what: &str,
+    alpha: Option<f32>,
+    a: &impl Activation,
+    b: &impl Activation,
+    b_name: &str,
+) -> Result<()> {
     check_alpha(alpha)?;
-    for (name, t) in [("a", a), (b_name, b)] {
-        global_scale_rule(t.global_scale)
-            .map_err(|e| Error::Invalid(format!("{what}: the global scale of {name} {e}")))?;
+    let (ga, gb) = (a.act_meta().global_scale(), b.act_meta().global_scale());
+    for (name, g) in [("a", ga), (b_name, gb)] {
+        global_scale_rule(g).map_err(|e| Error::Invalid(format!("{what}: the global scale of {name} {e}")))?;
     }
-    let factor = alpha.unwrap_or(1.0) * a.global_scale * b.global_scale;
-    let terms = format!(
-        "alpha × global(a) × global({b_name}) = {:?} × {:?} × {:?}",
-        alpha.unwrap_or(1.0),
-        a.global_scale,
-        b.global_scale
-    );
+    let factor = alpha.unwrap_or(1.0) * ga * gb;
+    let terms = format!("alpha × global(a) × global({b_name}) = {:?} × {ga:?} × {gb:?}", alpha.unwrap_or(1.0));
     if factor.is_infinite() {
         return Err(Error::Invalid(format!(
             "{what}: {terms} overflows f32: an output whose exact value is 0 would be NaN (0 × inf); \

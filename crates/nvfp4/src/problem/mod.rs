@@ -18,8 +18,8 @@ pub use rng::Rng;
 use std::fmt;
 use std::str::FromStr;
 
-use crate::format::{Nvfp4Meta, ScaleLayout};
-use crate::ops::{Group, Op, OpMeta};
+use crate::format::{Nvfp4Meta, OutputDtype, ScaleLayout};
+use crate::ops::{Act, Group, Op, OpMeta, OutMeta};
 use crate::{Error, Result};
 
 /// The four operations, named as on the command line.
@@ -199,18 +199,28 @@ impl Shape {
     /// The operation of this shape as the rules and the router see it (operands in `layout`,
     /// global scales 1, no alpha, outputs made by the backend): no data needed.
     pub fn op_meta(&self, layout: ScaleLayout) -> OpMeta {
+        self.op_meta_in(layout, None)
+    }
+
+    /// [`Shape::op_meta`] in either mode: W4A4, or W4A16 with `dense` activations (the GEMV's
+    /// vector, every other operation's A).
+    pub fn op_meta_in(&self, layout: ScaleLayout, dense: Option<OutputDtype>) -> OpMeta {
         let t = |l, rows, k| Nvfp4Meta { l, rows, k, layout, global_scale: 1.0 };
+        let x = |l, rows, k| match dense {
+            None => Act::Nvfp4(t(l, rows, k)),
+            Some(dtype) => Act::Dense(OutMeta { shape: [l, rows, k], dtype }),
+        };
         match *self {
-            Shape::Gemv { m, k, l } => Op::Gemv { a: t(l, m, k), b: t(l, 1, k), alpha: None, c: None },
-            Shape::Gemm { m, n, k, l } => Op::Gemm { a: t(l, m, k), b: t(l, n, k), alpha: None, c: None },
+            Shape::Gemv { m, k, l } => Op::Gemv { a: t(l, m, k), b: x(l, 1, k), alpha: None, c: None },
+            Shape::Gemm { m, n, k, l } => Op::Gemm { a: x(l, m, k), b: t(l, n, k), alpha: None, c: None },
             Shape::DualGemm { m, n, k, l } => {
-                Op::DualGemm { a: t(l, m, k), b1: t(l, n, k), b2: t(l, n, k), alpha: None, c: None }
+                Op::DualGemm { a: x(l, m, k), b1: t(l, n, k), b2: t(l, n, k), alpha: None, c: None }
             }
             Shape::GroupedGemm { ref groups } => Op::GroupedGemm(
-                groups.iter().map(|&(m, n, k)| Group { a: t(1, m, k), b: t(1, n, k), alpha: None, c: None }).collect(),
+                groups.iter().map(|&(m, n, k)| Group { a: x(1, m, k), b: t(1, n, k), alpha: None, c: None }).collect(),
             ),
             Shape::Moe { n, k, ref counts } => Op::MoeGemm {
-                a: t(1, counts.iter().sum(), k),
+                a: x(1, counts.iter().sum(), k),
                 b: t(counts.len(), n, k),
                 offsets: counts.len(),
                 alpha: None,

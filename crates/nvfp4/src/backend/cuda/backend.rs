@@ -182,6 +182,11 @@ impl CudaBackend {
         device::upload(&self.gpu, t)
     }
 
+    /// Uploads a host 16-bit tensor (a W4A16 activation), size-checked.
+    pub fn upload_dense(&self, t: &OutTensor) -> Result<DeviceF16> {
+        device::upload_dense(&self.gpu, t)
+    }
+
     /// Copies i32 values (a MoE launch's expert offsets) to the device.
     pub fn upload_i32(&self, values: &[i32]) -> Result<I32View> {
         device::upload_i32(&self.gpu, values)

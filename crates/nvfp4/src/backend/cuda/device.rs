@@ -14,7 +14,7 @@ use cudarc::driver::CudaSlice;
 use super::runtime::{Gpu, StreamFences, StreamHandle};
 pub use crate::format::Nvfp4Meta;
 use crate::format::{Nvfp4Tensor, OutTensor, OutputDtype, ScaleLayout};
-use crate::ops::{Group, Offsets, Op, Operand, OutMeta, Output};
+use crate::ops::{Act, ActMeta, Activation, Group, Offsets, Op, Operand, OutMeta, Output};
 use crate::{Error, Result};
 
 /// Device memory the backend owns (an operand's buffers, an output, a workspace, a launch's
@@ -268,6 +268,15 @@ pub(crate) fn upload(gpu: &Gpu, t: &Nvfp4Tensor) -> Result<DeviceNvfp4> {
     Ok(DeviceNvfp4 { buffers: Owned::new(gpu, (values, scales)), addrs, meta })
 }
 
+/// Uploads a host 16-bit tensor (a W4A16 activation), size-checked.
+pub(crate) fn upload_dense(gpu: &Gpu, t: &OutTensor) -> Result<DeviceF16> {
+    let what = format!("a {} tensor {:?}", t.dtype(), t.shape());
+    gpu.check_fits::<u16>(t.bits().len(), &what)?;
+    let buf = gpu.upload(t.bits(), &what)?;
+    let addr = gpu.addr(&buf);
+    Ok(DeviceF16 { buf: Owned::new(gpu, buf), addr, shape: t.shape(), dtype: t.dtype() })
+}
+
 /// A zeroed output `[L, rows, cols]` of `dtype`, size-checked.
 pub(crate) fn alloc_out(gpu: &Gpu, shape: [usize; 3], dtype: OutputDtype) -> Result<DeviceF16> {
     let [l, rows, cols] = shape;
@@ -286,13 +295,31 @@ pub(crate) fn fill_f16(gpu: &Gpu, t: &DeviceF16, bits: u16) -> Result<()> {
     gpu.fill_u16(&t.buf, bits)
 }
 
-/// One operation on device operands: views of the NVFP4 operands, the MoE offsets and the
-/// outputs (see [`Op`] for each operation's operands).
-pub type DeviceOp<'a> = Op<&'a Nvfp4View, &'a I32View, &'a F16View>;
+/// A device activation: an NVFP4 view (W4A4) or a dense 16-bit `[L, rows, K]` view (W4A16; an
+/// [`F16View`] of either 16-bit type, the same kind of view as an output).
+pub type ActView<'a> = Act<&'a Nvfp4View, &'a F16View>;
+
+/// One operation on device operands: views of the NVFP4 weights, the MoE offsets, the outputs
+/// and the activation (see [`Op`] for each operation's operands).
+pub type DeviceOp<'a> = Op<&'a Nvfp4View, &'a I32View, &'a F16View, ActView<'a>>;
+
+impl<'a> From<&'a Nvfp4View> for ActView<'a> {
+    fn from(v: &'a Nvfp4View) -> Self {
+        Act::Nvfp4(v)
+    }
+}
+impl<'a> From<&'a F16View> for ActView<'a> {
+    fn from(v: &'a F16View) -> Self {
+        Act::Dense(v)
+    }
+}
 
 /// A GEMM on device operands, one group of a grouped launch: `c = A·Bᵀ` with an optional alpha
 /// (A `[1, M, K]`, B `[1, N, K]`, c `[1, M, N]`).
-pub type GemmViews<'a> = Group<&'a Nvfp4View, &'a F16View>;
+pub type GemmViews<'a> = Group<&'a Nvfp4View, &'a F16View, ActView<'a>>;
+
+/// A W4A4 group (both operands NVFP4): what the grouped launch of NVFP4 activations reads.
+pub(crate) type Nvfp4GemmViews<'a> = Group<&'a Nvfp4View, &'a F16View>;
 
 impl Operand for Nvfp4View {
     fn meta(&self) -> Nvfp4Meta {
@@ -303,6 +330,18 @@ impl Operand for Nvfp4View {
 impl Offsets for I32View {
     fn count(&self) -> usize {
         self.len
+    }
+}
+
+impl Activation for Nvfp4View {
+    fn act_meta(&self) -> ActMeta {
+        Act::Nvfp4(self.meta)
+    }
+}
+
+impl Activation for F16View {
+    fn act_meta(&self) -> ActMeta {
+        Act::Dense(OutMeta { shape: self.shape, dtype: self.dtype })
     }
 }
 

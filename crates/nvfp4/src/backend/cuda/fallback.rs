@@ -8,12 +8,12 @@ use std::fmt;
 use cudarc::driver::CudaFunction;
 
 use super::device::{product_alpha, to_i32, DeviceOp, F16View, Keep, Nvfp4View, Owned, Workspace, WorkspaceNeeds};
-use super::family::{DeviceFacts, Kernels, Launch, Plan, Verdict};
+use super::family::{nvfp4_act, w4a4_only, DeviceFacts, Kernels, Launch, Plan, Verdict};
 use super::kernels::fallback::{MmaParams, MmaProblem, FALLBACK};
 use super::kernels::pdl_ready;
 use super::overrides::Overrides;
 use super::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
-use crate::ops::{Op, OpMeta};
+use crate::ops::{ActMeta, Op, OpMeta};
 use crate::{Error, Result};
 
 pub use super::kernels::fallback::{DUAL_SYMBOL, GEMM_SYMBOL, PREFETCH, THREADS, TILE_K, TILE_M, TILE_N};
@@ -59,7 +59,10 @@ impl MmaConfig {
 /// shape, so it comes last). Not the MoE form: its offsets live on the device, and splitting the
 /// tokens into groups would need them on the host.
 pub(crate) fn route(op: &OpMeta, _: &dyn DeviceFacts, _: &Overrides) -> Result<Verdict> {
-    let gemm = |a: &crate::format::Nvfp4Meta, b: &crate::format::Nvfp4Meta| (a.rows, b.rows, a.k, a.l);
+    if let Some(v) = w4a4_only(op) {
+        return Ok(v);
+    }
+    let gemm = |a: &ActMeta, b: &crate::format::Nvfp4Meta| (a.rows(), b.rows, a.k(), a.l());
     let config = match op {
         Op::Gemm { a, b, .. } => MmaConfig::new(GEMM_SYMBOL, vec![gemm(a, b)]),
         Op::DualGemm { a, b1, .. } => MmaConfig::new(DUAL_SYMBOL, vec![gemm(a, b1)]),
@@ -83,11 +86,16 @@ impl Plan for MmaConfig {
     }
     fn bind(&self, k: &dyn Kernels, op: &DeviceOp<'_>, _: &Workspace) -> Result<Box<dyn Launch>> {
         let ops: Vec<MmaOperands<'_>> = match op {
-            Op::Gemm { a, b, alpha, c } => vec![MmaOperands { a, b, b2: None, alpha: *alpha, c }],
-            Op::DualGemm { a, b1, b2, alpha, c } => vec![MmaOperands { a, b: b1, b2: Some(b2), alpha: *alpha, c }],
-            Op::GroupedGemm(groups) => {
-                groups.iter().map(|g| MmaOperands { a: g.a, b: g.b, b2: None, alpha: g.alpha, c: g.c }).collect()
+            Op::Gemm { a, b, alpha, c } => {
+                vec![MmaOperands { a: nvfp4_act(a, "fallback")?, b, b2: None, alpha: *alpha, c }]
             }
+            Op::DualGemm { a, b1, b2, alpha, c } => {
+                vec![MmaOperands { a: nvfp4_act(a, "fallback")?, b: b1, b2: Some(b2), alpha: *alpha, c }]
+            }
+            Op::GroupedGemm(groups) => groups
+                .iter()
+                .map(|g| Ok(MmaOperands { a: nvfp4_act(&g.a, "fallback")?, b: g.b, b2: None, alpha: g.alpha, c: g.c }))
+                .collect::<Result<_>>()?,
             Op::Gemv { .. } | Op::MoeGemm { .. } => {
                 return Err(Error::Invalid(format!("a fallback plan bound to a {}", op.name())))
             }

@@ -8,12 +8,12 @@ use std::fmt;
 
 use cudarc::driver::CudaFunction;
 
-use super::device::{DeviceOp, Keep, Workspace, WorkspaceNeeds};
+use super::device::{ActView, DeviceOp, Keep, Nvfp4View, Workspace, WorkspaceNeeds};
 use super::kernels::KernelModule;
 use super::overrides::Overrides;
 use super::runtime::{Gpu, StreamHandle};
-use crate::ops::OpMeta;
-use crate::Result;
+use crate::ops::{Act, OpMeta};
+use crate::{Error, Result};
 
 /// What the router needs to know of the device: its SMs, and how many CTAs or clusters of a
 /// kernel fit (which depend on the compiled kernel: the GPU backend asks the driver; a model
@@ -127,4 +127,18 @@ pub(crate) trait Launch: Send + Sync {
     /// The memory of the backend's that its kernels read (operands, outputs, workspace,
     /// descriptor tables), kept alive while it lives.
     fn keeps(&self) -> &[Keep];
+}
+
+/// The decline of a family that has kernels for NVFP4 activations only (W4A4), when `op` is
+/// W4A16.
+pub(crate) fn w4a4_only(op: &OpMeta) -> Option<Verdict> {
+    op.dense_dtype().map(|d| Verdict::Declines(format!("no kernel for {d} activations (W4A16)")))
+}
+
+/// The NVFP4 activation of an operation bound to a W4A4 plan.
+pub(crate) fn nvfp4_act<'a>(a: &ActView<'a>, family: &str) -> Result<&'a Nvfp4View> {
+    match *a {
+        Act::Nvfp4(v) => Ok(v),
+        Act::Dense(_) => Err(Error::Invalid(format!("a {family} plan (W4A4) bound to a W4A16 operation"))),
+    }
 }

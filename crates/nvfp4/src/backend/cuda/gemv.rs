@@ -9,13 +9,13 @@ use std::fmt;
 use cudarc::driver::CudaFunction;
 
 use super::device::{product_alpha, DeviceOp, F16View, Keep, Nvfp4View, Workspace, WorkspaceNeeds};
-use super::family::{DeviceFacts, Kernels, Launch, Plan, Verdict};
+use super::family::{nvfp4_act, DeviceFacts, Kernels, Launch, Plan, Verdict};
 use super::kernels::gemv::{GemvParams, GEMV, KSTEP_CHUNKS, MAX_WINDOW_BYTES, STAGE_SCALES, STAGE_WORDS};
 use super::kernels::pdl_ready;
 use super::overrides::Overrides;
 use super::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
 use crate::format::{OutputDtype, ScaleLayout};
-use crate::ops::{Op, OpMeta};
+use crate::ops::{Act, Op, OpMeta};
 use crate::{Error, Result};
 
 // The kernel's sizes and chunk shapes live with it in the registry, which writes them into
@@ -172,6 +172,9 @@ pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, _: &Overrides) -> Resu
     let Op::Gemv { a, b, c, .. } = op else {
         return Ok(Verdict::NotItsOp);
     };
+    let Act::Nvfp4(b) = b else {
+        return Ok(Verdict::Declines("no kernel for a 16-bit vector (W4A16)".into()));
+    };
     if a.layout != b.layout {
         return Ok(Verdict::Declines("A and B must share one scale layout".into()));
     }
@@ -200,6 +203,7 @@ impl Plan for GemvConfig {
         let Op::Gemv { a, b, alpha, c } = op else {
             return Err(Error::Invalid(format!("a GEMV plan bound to a {}", op.name())));
         };
+        let b = nvfp4_act(b, "gemv")?;
         let f = k.function(&GEMV, self.symbol)?;
         Ok(Box::new(GemvLaunch::bind(k.gpu(), self.clone(), f, (a, b), *alpha, c, ws)?))
     }

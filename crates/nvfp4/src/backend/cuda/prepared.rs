@@ -7,17 +7,51 @@ use std::sync::Arc;
 use super::backend::CudaBackend;
 use super::device::{self, DeviceF16, DeviceNvfp4, F16View, I32View, Nvfp4View};
 use super::device_op::BoundOp;
-use crate::format::{OutTensor, OutputDtype};
-use crate::ops::{HostOp, Op};
+use crate::format::{Nvfp4Tensor, OutTensor, OutputDtype, ScaleLayout};
+use crate::ops::{Act, Activation, HostOp, Op};
 use crate::problem::{Output, Problem};
 use crate::{Error, Result};
 
 /// f16 quiet NaN: what [`Prepared::poison`] fills f16 outputs with.
 pub const F16_NAN_BITS: u16 = 0x7E00;
 
-/// A staged operation: each operand the index of its uploaded tensor, the MoE offsets uploaded,
-/// outputs to be made. Enough to bind the same inputs again to new outputs.
-type Staged = Op<usize, I32View, ()>;
+/// A staged operation: each operand the index of its uploaded tensor (an activation's in the
+/// NVFP4 or the dense list), the MoE offsets uploaded, outputs to be made. Enough to bind the
+/// same inputs again to new outputs.
+type Staged = Op<usize, I32View, (), Act<usize, usize>>;
+
+/// The uploaded operands of a staged operation: NVFP4 tensors, and the 16-bit activations of a
+/// W4A16 one.
+#[derive(Default)]
+pub(super) struct Inputs {
+    nvfp4: Vec<DeviceNvfp4>,
+    dense: Vec<DeviceF16>,
+}
+
+/// A host activation the CUDA backend can stage: uploaded into `inputs`, its index returned.
+pub(super) trait Stage {
+    /// Uploads it (an NVFP4 GEMV vector in the scale layout `layout` of the matrix, which the
+    /// kernel reads both in).
+    fn stage(&self, be: &CudaBackend, inputs: &mut Inputs, layout: Option<ScaleLayout>) -> Result<Act<usize, usize>>;
+}
+
+impl Stage for &Nvfp4Tensor {
+    fn stage(&self, be: &CudaBackend, inputs: &mut Inputs, layout: Option<ScaleLayout>) -> Result<Act<usize, usize>> {
+        let up = match layout {
+            Some(l) if l != self.layout() => be.upload(&self.to_layout(l))?,
+            _ => be.upload(self)?,
+        };
+        inputs.nvfp4.push(up);
+        Ok(Act::Nvfp4(inputs.nvfp4.len() - 1))
+    }
+}
+
+impl Stage for &OutTensor {
+    fn stage(&self, be: &CudaBackend, inputs: &mut Inputs, _: Option<ScaleLayout>) -> Result<Act<usize, usize>> {
+        inputs.dense.push(be.upload_dense(self)?);
+        Ok(Act::Dense(inputs.dense.len() - 1))
+    }
+}
 
 impl CudaBackend {
     /// Uploads the operands of `p`, allocates its output(s) and binds it with a workspace of its
@@ -45,26 +79,29 @@ impl CudaBackend {
     /// Uploads `op`'s operands (a GEMV's B in A's scale layout: its kernel reads both in one)
     /// and offsets, allocates its outputs (of `dtype`) and binds it: with the backend's shared
     /// workspace (`shared`, locked only while binding) or a workspace of its own.
-    pub(super) fn stage(&self, op: &HostOp<'_>, shared: bool, dtype: OutputDtype) -> Result<Prepared> {
+    pub(super) fn stage<A: Stage + Activation>(
+        &self,
+        op: &HostOp<'_, A>,
+        shared: bool,
+        dtype: OutputDtype,
+    ) -> Result<Prepared> {
         op.validate()?;
-        let converted;
-        let op = match *op {
-            Op::Gemv { a, b, alpha, c } if b.layout() != a.layout() => {
-                converted = b.to_layout(a.layout());
-                Op::Gemv { a, b: &converted, alpha, c }
-            }
-            ref other => other.clone(),
+        let gemv_layout = match op {
+            Op::Gemv { a, .. } => Some(a.layout()),
+            _ => None,
         };
-        let mut inputs = Vec::new();
+        let inputs = std::cell::RefCell::new(Inputs::default());
         let staged = op.try_map(
             |t| {
-                inputs.push(self.upload(t)?);
-                Ok(inputs.len() - 1)
+                let mut inputs = inputs.borrow_mut();
+                inputs.nvfp4.push(self.upload(t)?);
+                Ok(inputs.nvfp4.len() - 1)
             },
+            |x| x.stage(self, &mut inputs.borrow_mut(), gemv_layout),
             |offsets| self.upload_i32(offsets),
             |_| Ok::<_, crate::Error>(()),
         )?;
-        self.bind_staged(staged, Arc::new(inputs), shared, dtype)
+        self.bind_staged(staged, Arc::new(inputs.into_inner()), shared, dtype)
     }
 
     /// Another launch of `p`'s problem on the same device operands, with outputs and a
@@ -75,20 +112,19 @@ impl CudaBackend {
     }
 
     /// Allocates the outputs of `staged` over `inputs` (of `dtype`) and binds them.
-    fn bind_staged(
-        &self,
-        staged: Staged,
-        inputs: Arc<Vec<DeviceNvfp4>>,
-        shared: bool,
-        dtype: OutputDtype,
-    ) -> Result<Prepared> {
-        let views: Vec<Nvfp4View> = inputs.iter().map(DeviceNvfp4::view).collect();
-        let shapes = staged.map(|&i| views[i].meta, |o| o.len, |_| None).output_shapes();
+    fn bind_staged(&self, staged: Staged, inputs: Arc<Inputs>, shared: bool, dtype: OutputDtype) -> Result<Prepared> {
+        let views: Vec<Nvfp4View> = inputs.nvfp4.iter().map(DeviceNvfp4::view).collect();
+        let dense: Vec<F16View> = inputs.dense.iter().map(DeviceF16::view).collect();
+        let act = |x: &Act<usize, usize>| match *x {
+            Act::Nvfp4(i) => Act::Nvfp4(&views[i]),
+            Act::Dense(i) => Act::Dense(&dense[i]),
+        };
+        let shapes = staged.map(|&i| views[i].meta, |x| act(x).act_meta(), |o| o.len, |_| None).output_shapes();
         let outputs: Vec<DeviceF16> =
             shapes.into_iter().map(|s| self.alloc_output_as(s, dtype)).collect::<Result<_>>()?;
         let out_views: Vec<F16View> = outputs.iter().map(DeviceF16::view).collect();
         let mut next = out_views.iter();
-        let op = staged.map(|&i| &views[i], |o| o, |_| next.next().expect("one view per output"));
+        let op = staged.map(|&i| &views[i], act, |o| o, |_| next.next().expect("one view per output"));
         let bound = if shared { self.bind(op)? } else { self.bind_with(op, &mut None)? };
         Ok(Prepared { bound, inputs, outputs, staged, dtype })
     }
@@ -98,7 +134,7 @@ impl CudaBackend {
 pub struct Prepared {
     bound: BoundOp,
     /// Shared with its replicas.
-    inputs: Arc<Vec<DeviceNvfp4>>,
+    inputs: Arc<Inputs>,
     /// One output per group for grouped GEMM.
     outputs: Vec<DeviceF16>,
     staged: Staged,

@@ -186,7 +186,7 @@ mod tests {
     #[test]
     fn a_gemv_with_two_layouts_and_bad_operations_are_typed_errors() {
         let mut gemv = Shape::Gemv { m: 128, k: 256, l: 1 }.op_meta(ScaleLayout::Plain);
-        if let crate::ops::Op::Gemv { b, .. } = &mut gemv {
+        if let crate::ops::Op::Gemv { b: crate::ops::Act::Nvfp4(b), .. } = &mut gemv {
             b.layout = ScaleLayout::Blocked;
         }
         let e = route(&gemv, &Modeled::HOPPER, &Overrides::NONE).err().expect("refused");

@@ -6,7 +6,7 @@ use std::fmt;
 use cudarc::driver::CudaFunction;
 
 use super::device::{product_alpha, to_i32, DeviceOp, Keep, Workspace, WorkspaceNeeds};
-use super::family::{DeviceFacts, Kernels, Launch, Plan, Verdict};
+use super::family::{nvfp4_act, w4a4_only, DeviceFacts, Kernels, Launch, Plan, Verdict};
 use super::kernels::pdl_ready;
 use super::kernels::sm90::DECODE_BIAS;
 use super::kernels::small::{SmallParams, CHUNK_K, SMALL, THREADS, TILE_M, TILE_N, WARPS};
@@ -46,7 +46,10 @@ pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, overrides: &Overrides)
     let Op::Gemm { a, b, .. } = op else {
         return Ok(Verdict::NotItsOp);
     };
-    let mnkl = (a.rows, b.rows, a.k, a.l);
+    if let Some(v) = w4a4_only(op) {
+        return Ok(v);
+    }
+    let mnkl = (a.rows(), b.rows, a.k(), a.l());
     let forced = overrides.gemm;
     Ok(if chosen(mnkl, facts.sms(), forced) {
         Verdict::Takes(Box::new(SmallConfig { mnkl, grid: ctas(mnkl) }))
@@ -100,6 +103,7 @@ impl Plan for SmallConfig {
         let Op::Gemm { a, b, alpha, c } = op else {
             return Err(Error::Invalid(format!("a small-GEMM plan bound to a {}", op.name())));
         };
+        let a = nvfp4_act(a, "small")?;
         let (m, n, kk, l) = self.mnkl;
         if (a.meta.l, a.meta.rows, a.meta.k, b.meta.rows) != (l, m, kk, n) || c.shape != [l, m, n] {
             return Err(Error::Shape(format!(

@@ -6,12 +6,12 @@
 use super::grouped::{bind_grouped, grouped_plan, grouped_rejects, GroupedOperands, GroupedPlan, GroupedShape};
 use super::plan::{plan, rejects, Forced, Sm90Plan};
 use super::{bind, Sm90Kernels, Sm90Operands};
-use crate::backend::cuda::device::{DeviceOp, Workspace, WorkspaceNeeds};
-use crate::backend::cuda::family::{DeviceFacts, Kernels, Launch, Plan, Verdict};
+use crate::backend::cuda::device::{DeviceOp, Nvfp4GemmViews, Workspace, WorkspaceNeeds};
+use crate::backend::cuda::family::{nvfp4_act, w4a4_only, DeviceFacts, Kernels, Launch, Plan, Verdict};
 use crate::backend::cuda::kernels::grouped::PREPARE_SYMBOL;
 use crate::backend::cuda::kernels::sm90::{Op as Kind, DECODE_X, DECODE_X_SYMBOL, THREADS};
 use crate::backend::cuda::overrides::Overrides;
-use crate::ops::{Op, OpMeta};
+use crate::ops::{Group, Op, OpMeta};
 use crate::{Error, Result};
 
 /// The `sm90` family's verdict on a GEMM or dual GEMM: declined where the skeleton's rules
@@ -19,6 +19,9 @@ use crate::{Error, Result};
 /// parts share one scale mode); else the plan. A plan with clusters that the GPU cannot hold all
 /// at once is planned again without them (the schedule assumes every cluster runs at once).
 pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, overrides: &Overrides) -> Result<Verdict> {
+    if let Some(v) = w4a4_only(op) {
+        return Ok(v);
+    }
     let (kind, a, b, mixed) = match op {
         Op::Gemm { a, b, .. } => (Kind::Gemm, a, b, false),
         Op::DualGemm { a, b1, b2, .. } => (Kind::Dual, a, b1, b1.layout != b2.layout),
@@ -27,7 +30,7 @@ pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, overrides: &Overrides)
     if mixed {
         return Ok(Verdict::Declines("B1 and B2 have different scale layouts".into()));
     }
-    let mnkl = (a.rows, b.rows, a.k, a.l);
+    let mnkl = (a.rows(), b.rows, a.k(), a.l());
     let forced = overrides.forced(kind);
     if let Some(why) = rejects(kind, mnkl, forced) {
         return Ok(Verdict::Declines(why));
@@ -53,8 +56,10 @@ impl Plan for Sm90Plan {
     }
     fn bind(&self, k: &dyn Kernels, op: &DeviceOp<'_>, ws: &Workspace) -> Result<Box<dyn Launch>> {
         let (a, b, alpha, c) = match op {
-            Op::Gemm { a, b, alpha, c } => (a, vec![(*b).clone()], alpha, c),
-            Op::DualGemm { a, b1, b2, alpha, c } => (a, vec![(*b1).clone(), (*b2).clone()], alpha, c),
+            Op::Gemm { a, b, alpha, c } => (nvfp4_act(a, "sm90")?, vec![(*b).clone()], alpha, c),
+            Op::DualGemm { a, b1, b2, alpha, c } => {
+                (nvfp4_act(a, "sm90")?, vec![(*b1).clone(), (*b2).clone()], alpha, c)
+            }
             _ => return Err(Error::Invalid(format!("a skeleton plan bound to a {}", op.name()))),
         };
         let main = k.function(self.op.module(), self.symbol())?;
@@ -68,9 +73,12 @@ impl Plan for Sm90Plan {
 /// The `grouped` family's verdict on a grouped GEMM (list or MoE form): declined where the
 /// skeleton's grouped rules ([`grouped_rejects`]) or the override say so, else the plan.
 pub(crate) fn grouped_route(op: &OpMeta, facts: &dyn DeviceFacts, overrides: &Overrides) -> Result<Verdict> {
+    if let Some(v) = w4a4_only(op) {
+        return Ok(v);
+    }
     let shape = match op {
-        Op::GroupedGemm(groups) => GroupedShape::List(groups.iter().map(|g| (g.a.rows, g.b.rows, g.a.k)).collect()),
-        Op::MoeGemm { a, b, .. } => GroupedShape::Moe { t: a.rows, n: b.rows, k: a.k, e: b.l },
+        Op::GroupedGemm(groups) => GroupedShape::List(groups.iter().map(|g| (g.a.rows(), g.b.rows, g.a.k())).collect()),
+        Op::MoeGemm { a, b, .. } => GroupedShape::Moe { t: a.rows(), n: b.rows, k: a.k(), e: b.l },
         _ => return Ok(Verdict::NotItsOp),
     };
     Ok(match grouped_rejects(&shape, overrides.grouped) {
@@ -87,9 +95,18 @@ impl Plan for GroupedPlan {
         self.scratch().needs
     }
     fn bind(&self, k: &dyn Kernels, op: &DeviceOp<'_>, ws: &Workspace) -> Result<Box<dyn Launch>> {
+        let list: Vec<Nvfp4GemmViews<'_>>;
         let ops = match op {
-            Op::GroupedGemm(groups) => GroupedOperands::List(groups),
-            Op::MoeGemm { a, b, offsets, alpha, c } => GroupedOperands::Moe { a, b, offsets, alpha: *alpha, c },
+            Op::GroupedGemm(groups) => {
+                list = groups
+                    .iter()
+                    .map(|g| Ok(Group { a: nvfp4_act(&g.a, "grouped")?, b: g.b, alpha: g.alpha, c: g.c }))
+                    .collect::<Result<_>>()?;
+                GroupedOperands::List(&list)
+            }
+            Op::MoeGemm { a, b, offsets, alpha, c } => {
+                GroupedOperands::Moe { a: nvfp4_act(a, "grouped")?, b, offsets, alpha: *alpha, c }
+            }
             _ => return Err(Error::Invalid(format!("a grouped plan bound to a {}", op.name()))),
         };
         let main = k.function(Kind::Grouped.module(), self.symbol())?;

@@ -9,7 +9,7 @@ use cudarc::driver::CudaFunction;
 
 use super::plan::{GroupedPlan, GroupedShape};
 use crate::backend::cuda::device::{product_alpha, to_i32};
-use crate::backend::cuda::device::{F16View, GemmViews, I32View, Keep, Nvfp4View, Owned, Workspace};
+use crate::backend::cuda::device::{F16View, I32View, Keep, Nvfp4GemmViews, Nvfp4View, Owned, Workspace};
 use crate::backend::cuda::family::Launch;
 use crate::backend::cuda::kernels::grouped::{
     GroupSegment, GroupedBuild, GroupedPrepParams, Sm90GroupedParams, BUILD_THREADS, PREPARE_SYMBOL,
@@ -23,7 +23,7 @@ use crate::{Error, Result};
 /// The operands of a grouped launch.
 pub enum GroupedOperands<'a> {
     /// Groups with their own tensors: A `[1, M, K]`, B `[1, N, K]`, c `[1, M, N]` each.
-    List(&'a [GemmViews<'a>]),
+    List(&'a [Nvfp4GemmViews<'a>]),
     /// The MoE form: tokens `[1, T, K]` sorted by expert, weights `[E, N, K]`, `offsets[e]` the
     /// end row of expert e's tokens (device memory), output `[1, T, N]`.
     Moe {
