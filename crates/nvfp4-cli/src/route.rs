@@ -2,14 +2,14 @@
 //! before it did not: the router's answer (backend/cuda/route.rs), printed without running
 //! anything. On the GPU when `--device` is given (the driver's occupancy), else for a modeled
 //! Hopper of `--sms` SMs, which needs neither a GPU nor NVRTC. `NVFP4_*_SM90` steer it as they
-//! steer a run.
+//! steer a run. `--act bf16` (or f16) asks for the W4A16 form of each shape.
 
 use std::process::ExitCode;
 
 use nvfp4::backend::cuda::{route, CudaBackend, Modeled, Overrides};
 use nvfp4::bench::ShapeSet;
 use nvfp4::problem::{ProblemKind, Shape};
-use nvfp4::ScaleLayout;
+use nvfp4::{OutputDtype, ScaleLayout};
 
 use crate::console::outln;
 use crate::exit::Outcome;
@@ -28,6 +28,10 @@ pub struct Args {
     /// Scale layout of the operands: plain or blocked.
     #[arg(long, default_value = "plain", value_parser = parse_layout)]
     layout: ScaleLayout,
+    /// W4A16: activations of this 16-bit type (bf16 or f16; the GEMV's vector, every other
+    /// operation's A) instead of NVFP4.
+    #[arg(long, value_parser = parse_act)]
+    act: Option<OutputDtype>,
     /// SMs of the modeled GPU (132: H100 and H200).
     #[arg(long, default_value_t = Modeled::HOPPER.sms)]
     sms: usize,
@@ -38,6 +42,14 @@ pub struct Args {
 
 fn parse_shapes(s: &str) -> Result<ShapeSet, String> {
     s.parse().map_err(|e: nvfp4::Error| e.to_string())
+}
+
+fn parse_act(s: &str) -> Result<OutputDtype, String> {
+    match s {
+        "bf16" => Ok(OutputDtype::Bf16),
+        "f16" => Ok(OutputDtype::F16),
+        _ => Err(format!("`{s}`: bf16 or f16")),
+    }
 }
 
 fn parse_layout(s: &str) -> Result<ScaleLayout, String> {
@@ -63,7 +75,7 @@ pub fn main(args: Args) -> Outcome {
     let model = Modeled { sms: args.sms, ..Modeled::HOPPER };
     let mut refused = false;
     for shape in shapes {
-        let op = shape.op_meta(args.layout);
+        let op = shape.op_meta_in(args.layout, args.act);
         let r = match &gpu {
             Some(b) => b.route(&op),
             None => route(&op, &model, &overrides),

@@ -170,3 +170,59 @@ NVFP4_DEVICE u32 scale_f16x2_x128(u32 byte) {
 }
 
 }  // namespace nvfp4
+
+// ================================================================================================
+// W4A16 (gemv16.cu): NVFP4 weights decoded into the activation's 16-bit type, each element times
+// its block scale, exactly: an e2m1 * e4m3 product has at most 6 significant bits, which f16 and
+// bf16 both hold. Each decoder turns packed word w (8 elements) into 4 pairs in the order
+// {(e0, e4), (e1, e5), (e2, e6), (e3, e7)}; the activations are staged in the same order.
+// ================================================================================================
+namespace nvfp4 {
+
+// f16: the biased decode (e2m1 * 2^-14, `e2m1x8_spread`: even = bytes e0 e2 e4 e6, odd = e1 e3
+// e5 e7) times `scale_f16x2_x128`'s pair (scale * 2^7) is e2m1 * e4m3 * 2^-7, exact (see there).
+// The output carries the 2^-7: the kernel's epilogue multiplies by W4A16_F16_UNBIAS.
+constexpr double W4A16_F16_UNBIAS = 128.0;
+NVFP4_DEVICE void w4a16_f16x8(u32 w, u32 s2, u32* out) {
+  u32 even, odd;
+  e2m1x8_spread(w, even, odd);
+  // Spread bytes 0 and 2 (or 1 and 3) into the high bytes of an f16x2 with zero low bytes.
+  out[0] = ptx::hmul2(ptx::prmt(even, 0u, 0x2404u), s2);
+  out[1] = ptx::hmul2(ptx::prmt(odd, 0u, 0x2404u), s2);
+  out[2] = ptx::hmul2(ptx::prmt(even, 0u, 0x3414u), s2);
+  out[3] = ptx::hmul2(ptx::prmt(odd, 0u, 0x3414u), s2);
+}
+
+// bf16: the biased decode puts an E2M1 code's magnitude bits at bits 6..8 of a bf16 and its sign
+// at bit 15: the pattern s << 15 | c << 6 reads as e2m1 * 2^-126 for every code (codes 0 and 1
+// land on the bf16 subnormals, spaced as E2M1's). Elements i and i + 4 sit 16 bits apart in w, so
+// one shift of w places both magnitudes of a pair and another both signs. Times
+// `w4a16_bf16_scale`'s pair (scale * 2^119, a normal bf16 for every e4m3 scale: 2^110 ..
+// 448 * 2^119 < 2^128) it is e2m1 * e4m3 * 2^-7, normal and exact.
+// NOTE: this relies on bf16 multiplication keeping subnormal inputs (PTX: mul.bf16x2 has no
+// flush-to-zero form); a flush would zero every +-0.5 weight, which the exact GPU tests see.
+constexpr double W4A16_BF16_UNBIAS = 128.0;
+constexpr u32 BF16X2_2POW119 = 0x7B007B00u;
+
+// The scale pair of block `block` (0: low byte, 1: high byte of the chunk's scale bytes, as a
+// bf16x2 `s01`): (s * 2^119, s * 2^119).
+NVFP4_DEVICE u32 w4a16_bf16_scale(u32 s01, int block) {
+  return ptx::hmul2_bf16(ptx::prmt(s01, s01, block ? 0x3232u : 0x1010u), BF16X2_2POW119);
+}
+
+NVFP4_DEVICE void w4a16_bf16x8(u32 w, u32 s2, u32* out) {
+  constexpr u32 MAG = 0x01C001C0u, SIGN = 0x80008000u;  // bits 6..8 and 15 of each half
+  out[0] = ptx::hmul2_bf16(ptx::lop3_and_or(w << 6, MAG, (w << 12) & SIGN), s2);
+  out[1] = ptx::hmul2_bf16(ptx::lop3_and_or(w << 2, MAG, (w << 8) & SIGN), s2);
+  out[2] = ptx::hmul2_bf16(ptx::lop3_and_or(w >> 2, MAG, (w << 4) & SIGN), s2);
+  out[3] = ptx::hmul2_bf16(ptx::lop3_and_or(w >> 6, MAG, w & SIGN), s2);
+}
+
+// Two e4m3 bytes (low byte first) as a bf16x2, exactly (every e4m3 value is a bf16; NaN stays NaN).
+NVFP4_DEVICE u32 e4m3x2_to_bf16x2(u32 two_bytes) {
+  float lo, hi;
+  e4m3x2_to_f32(two_bytes, lo, hi);
+  return ptx::f32x2_to_bf16x2_rn(lo, hi);
+}
+
+}  // namespace nvfp4

@@ -10,6 +10,7 @@ use cudarc::driver::CudaFunction;
 
 use super::device::{product_alpha, DeviceOp, F16View, Keep, Nvfp4View, Workspace, WorkspaceNeeds};
 use super::family::{nvfp4_act, DeviceFacts, Kernels, Launch, Plan, Verdict};
+use super::gemv_tiling::Tiling;
 use super::kernels::gemv::{GemvParams, GEMV, KSTEP_CHUNKS, MAX_WINDOW_BYTES, STAGE_SCALES, STAGE_WORDS};
 use super::kernels::pdl_ready;
 use super::overrides::Overrides;
@@ -77,18 +78,10 @@ pub fn variant(k: usize, layout: ScaleLayout, out: OutputDtype) -> (&'static str
 }
 
 impl GemvConfig {
-    /// The heuristic. `occupancy(symbol, smem_bytes)` is the number of CTAs of the kernel that
-    /// fit one SM (from the driver; any positive number in tests).
-    ///
-    /// 1. Row tiles: 4 per 128 rows, dropping the trailing tiles of the last 128 rows that would
-    ///    hold no row (row = 128t + 32q + 8c + warp).
-    /// 2. Slots = SMs x occupancy: the CTAs that run at once. If the tiles of all batches fill
-    ///    less than half of them, split K so they fill the slots (each slice >= 1 K-step), since
-    ///    a GEMV needs every SM pulling bytes.
-    /// 3. Persistent grid: each CTA takes ceil(tiles / slots) consecutive tiles (same batch, so
-    ///    B is staged once), all CTAs run in one wave with no tail wave.
-    /// 4. The B window: the slice's K when its decoded form fits [`MAX_WINDOW_BYTES`] and the
-    ///    staging's per-thread load slots, else pieces of it.
+    /// The heuristic ([`Tiling::choose`], shared with the W4A16 GEMV): the B window holds the
+    /// slice's K when its decoded form fits [`MAX_WINDOW_BYTES`] and the staging's per-thread load
+    /// slots, else pieces of it. `occupancy(symbol, smem_bytes)` is the number of CTAs of the
+    /// kernel that fit one SM (from the driver; any positive number in tests).
     pub fn choose(
         mkl: (usize, usize, usize),
         layout: ScaleLayout,
@@ -96,45 +89,28 @@ impl GemvConfig {
         sms: usize,
         mut occupancy: impl FnMut(&'static str, usize) -> usize,
     ) -> Self {
-        let (m, k, l) = mkl;
-        let (symbol, chunk) = variant(k, layout, out);
-        let tiles128 = m.div_ceil(128);
-        let last_rows = m - 128 * (tiles128 - 1);
-        let row_ctas = 4 * (tiles128 - 1) + last_rows.div_ceil(8).min(4);
-        let chunks = k / 2 / chunk.bytes();
-        let ksteps = chunks.div_ceil(KSTEP_CHUNKS);
+        let (symbol, chunk) = variant(mkl.1, layout, out);
         let kstep_smem = KSTEP_CHUNKS * chunk.smem_per_chunk();
         let words_per_kstep = KSTEP_CHUNKS * chunk.bytes() / 4;
         let scales_per_kstep = KSTEP_CHUNKS * chunk.bytes() / 8;
         let max_window =
             (MAX_WINDOW_BYTES / kstep_smem).min(STAGE_WORDS / words_per_kstep).min(STAGE_SCALES / scales_per_kstep);
-
-        let first_smem = ksteps.min(max_window) * kstep_smem;
-        let ctas_per_sm = occupancy(symbol, first_smem).max(1);
-        let slots = sms.max(1) * ctas_per_sm;
-        let base = row_ctas * l;
-        let split = if 2 * base > slots { 1 } else { (slots / base).clamp(1, ksteps) };
-        let ksteps_per_slice = ksteps.div_ceil(split);
-        let split = ksteps.div_ceil(ksteps_per_slice);
-        let window_ksteps = ksteps_per_slice.min(max_window);
-        let tiles = base * split;
-        let tiles_per_cta = tiles.div_ceil(slots);
-        let grid = tiles.div_ceil(tiles_per_cta);
+        let t = Tiling::choose(mkl, chunk, kstep_smem, max_window, sms, |smem| occupancy(symbol, smem));
         Self {
             symbol,
             layout,
             chunk,
             mkl,
-            row_ctas,
-            ksteps,
-            split,
-            ksteps_per_slice,
-            window_ksteps,
-            tiles,
-            tiles_per_cta,
-            grid,
-            smem_bytes: window_ksteps * kstep_smem,
-            ctas_per_sm,
+            row_ctas: t.row_ctas,
+            ksteps: t.ksteps,
+            split: t.split,
+            ksteps_per_slice: t.ksteps_per_slice,
+            window_ksteps: t.window_ksteps,
+            tiles: t.tiles,
+            tiles_per_cta: t.tiles_per_cta,
+            grid: t.grid,
+            smem_bytes: t.smem_bytes,
+            ctas_per_sm: t.ctas_per_sm,
             sms,
         }
     }

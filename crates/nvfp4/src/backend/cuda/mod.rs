@@ -39,6 +39,8 @@ pub mod fallback;
 pub mod family;
 pub mod floors;
 pub mod gemv;
+mod gemv16;
+mod gemv_tiling;
 mod host;
 pub mod kernels;
 pub mod overrides;

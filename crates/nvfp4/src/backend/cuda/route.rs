@@ -15,12 +15,13 @@ use super::overrides::Overrides;
 use crate::ops::OpMeta;
 use crate::{Error, Result};
 
-/// The families, in the order the router asks them: the GEMV; the one-launch small GEMM where
-/// it measured faster; the Hopper skeleton (GEMM, dual GEMM); the skeleton's grouped launch
-/// (list and MoE forms); the mma.sync fallback, which takes any GEMM, dual GEMM or list of
-/// groups the others decline.
-pub(crate) static FAMILIES: [Family; 5] = [
+/// The families, in the order the router asks them: the GEMV; the W4A16 GEMV (a 16-bit vector,
+/// or a W4A16 GEMM of one activation row); the one-launch small GEMM where it measured faster;
+/// the Hopper skeleton (GEMM, dual GEMM); the skeleton's grouped launch (list and MoE forms); the
+/// mma.sync fallback, which takes any GEMM, dual GEMM or list of groups the others decline.
+pub(crate) static FAMILIES: [Family; 6] = [
     Family { name: "gemv", route: super::gemv::route },
+    Family { name: "gemv16", route: super::gemv16::route },
     Family { name: "small", route: super::small::route },
     Family { name: "sm90", route: super::sm90::route },
     Family { name: "grouped", route: super::sm90::grouped_route },

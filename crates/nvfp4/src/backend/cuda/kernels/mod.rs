@@ -9,6 +9,7 @@ mod decode_w16;
 pub mod fallback;
 pub mod floors;
 pub mod gemv;
+pub mod gemv16;
 pub mod grouped;
 mod module;
 pub mod quantize;
@@ -20,8 +21,9 @@ use std::sync::OnceLock;
 pub use module::KernelModule;
 
 /// Every kernel module of the library.
-pub static MODULES: [&KernelModule; 12] = [
+pub static MODULES: [&KernelModule; 13] = [
     &gemv::GEMV,
+    &gemv16::GEMV16,
     &fallback::FALLBACK,
     &small::SMALL,
     &sm90::DECODE_X,
@@ -52,9 +54,11 @@ pub static PDL_READY: &[&str] = &[
 ];
 
 /// Modules whose every kernel is ready in the sense of [`PDL_READY`]: kernels/gemv.cu reads B and
-/// writes its output and split-K workspace only after the wait; kernels/gemm_small.cu waits first;
-/// the W4A16 GEMM and dual GEMM read only the weights before the wait (their X producer's).
-pub static PDL_READY_MODULES: &[&KernelModule] = &[&gemv::GEMV, &small::SMALL, &sm90::GEMM16_SM90, &sm90::DUAL16_SM90];
+/// writes its output and split-K workspace only after the wait, kernels/gemv16.cu likewise its
+/// activation; kernels/gemm_small.cu waits first; the W4A16 GEMM and dual GEMM read only the
+/// weights before the wait (their X producer's).
+pub static PDL_READY_MODULES: &[&KernelModule] =
+    &[&gemv::GEMV, &gemv16::GEMV16, &small::SMALL, &sm90::GEMM16_SM90, &sm90::DUAL16_SM90];
 
 /// True when `symbol`'s kernel may be launched as a programmatic dependent (see [`PDL_READY`]).
 pub fn pdl_ready(symbol: &str) -> bool {
@@ -100,6 +104,7 @@ pub fn generated_header() -> &'static str {
         );
         for decl in [
             gemv::GemvParams::cuda_decl(),
+            gemv16::Gemv16Params::cuda_decl(),
             fallback::MmaProblem::cuda_decl(),
             fallback::MmaParams::cuda_decl(),
             small::SmallParams::cuda_decl(),
@@ -127,6 +132,7 @@ pub fn generated_header() -> &'static str {
         s += &fallback::cuda_sizes();
         s += &small::cuda_sizes();
         s += &gemv::cuda_sizes();
+        s += &gemv16::cuda_sizes();
         s
     })
 }

@@ -1,0 +1,359 @@
+// gemv16.cu: batched W4A16 GEMV (SPEC §8 with one activation row): c[l, n] =
+// sum_k x[l, k] * W[l, n, k] * sfw[l, n, k/16], x f16 or bf16 [L, 1, K], W NVFP4 [L, N, K],
+// f16 or bf16 out [L, N], FP32 accumulation, one rounding.
+//
+// Algorithm (a pure bandwidth problem: every byte of W is read once; x is tiny):
+// - Tiles, K-steps, split-K, the persistent grid, PDL and the streamed loads are those of
+//   gemv.cu: a CTA tile is 32 rows of one batch (rows 128*t + 32*q + 8*(tile%4) + g, q = 0..3,
+//   g = 0..7, so that in the blocked scale layout a thread's 4 rows share one 16 B scale group);
+//   a K-step is 32 chunks of 16 B per row (8 B when K % 32 == 16).
+// - Thread (warp w, lane 4g + t) owns chunk 4w + t of every K-step for rows q = 0..3 of residue g:
+//   warp w covers bytes [64w, 64w + 64) of the K-step's 512 B of each of the 32 rows, the 8 warps
+//   the whole K-step. Its 4 rows are the rows g and g + 8 of two mma.sync m16n8k16 tiles.
+// - Tensor cores do the multiply-add: A = 16 weight rows x 16 k, decoded in registers into the
+//   activation's type with the block scale multiplied in (exact, nvfp4.cuh's W4A16 decoders); B =
+//   16 k of x (every column the same; the k order is the decoders' pair order, which the staging
+//   of x follows); D accumulates in f32 over the warp's whole K range. The four threads t of a row
+//   group hold different chunks: the MMA sums them. Per weight element: ~1.5 (f16) or ~1.9 (bf16)
+//   decode instructions, 0.5 multiply by the scale, 1/8 MMA.
+// - x is staged once per window into shared memory in that pair order; a thread's B fragments
+//   for a word are one 16 B shared load, the same address for the 8 threads of a chunk.
+// - The 8 warps' partial sums of a row are added through shared memory in warp order, then the
+//   row's total goes out (or, split, into the f32 partials with gemv.cu's slice-order fixup).
+// - Sums of exactly representable data are exact in f32 and the MMA's products are exact, so such
+//   data gives the reference's result bit for bit.
+#include "ptx.cuh"
+#include "nvfp4.cuh"
+#include "output.cuh"
+
+// Gemv16Params and the sizes (namespace gemv16): generated.cuh, from their one definition
+// (backend/cuda/kernels/gemv16.rs), which the host's plan uses too.
+#include "generated.cuh"
+
+namespace {
+
+using gemv16::KSTEP_CHUNKS;
+using gemv16::STAGE_LOADS_PER_THREAD;
+using gemv16::THREADS;
+constexpr int WARPS = THREADS / 32;
+constexpr int ROWS_PER_THREAD = 4;  // q = 0..3: rows g, g + 8 of MMA tiles 0 and 1
+constexpr int CHUNKS_PER_WARP = KSTEP_CHUNKS / WARPS;
+static_assert(WARPS == 8 && CHUNKS_PER_WARP == 4 && gemv16::ROWS_PER_CTA == 32, "thread map");
+
+// Compile-time shape of one variant. CB = bytes of W per thread per row per K-step.
+template <int CB>
+struct Chunk {
+  static constexpr int WORDS = CB / 4;   // packed words (8 elements each)
+  static constexpr int BLOCKS = CB / 8;  // scale blocks (16 elements each)
+  static constexpr int KSTEP_W = KSTEP_CHUNKS * CB;        // bytes of one W row per K-step
+  static constexpr int KSTEP_SF = KSTEP_CHUNKS * BLOCKS;   // scale bytes of one row per K-step (plain)
+  static constexpr int KSTEP_GROUPS = KSTEP_SF / 4 * 512;  // blocked: bytes per K-step
+  static constexpr int X_BYTES = WORDS * 16;               // staged x per chunk: 8 elements per word
+  static_assert(X_BYTES == gemv16::WindowChunk<CB>::BYTES, "stage_x's layout is the host's");
+};
+
+// The activation type's decoding. ABF16: x (and so the MMA) is bf16, else f16.
+template <bool ABF16>
+struct Act;
+
+template <>
+struct Act<false> {
+  static constexpr double UNBIAS = nvfp4::W4A16_F16_UNBIAS;
+  // The chunk's scale pairs, (s * 2^7, s * 2^7) per block (`scale_f16x2_x128`).
+  template <int BLOCKS>
+  static NVFP4_DEVICE void scales(u32 bytes, u32 (&sp)[BLOCKS]) {
+    if (BLOCKS == 1) {
+      sp[0] = nvfp4::scale_f16x2_x128(bytes & 0xFFu);
+    } else {
+      const u32 s01 = ptx::hmul2(ptx::cvt_e4m3x2_f16x2(bytes), 0x58005800u);  // 0x5800 = 128.0
+      sp[0] = ptx::prmt(s01, s01, 0x1010u);
+      sp[BLOCKS - 1] = ptx::prmt(s01, s01, 0x3232u);
+    }
+  }
+  static NVFP4_DEVICE void word(u32 w, u32 s2, u32* out) { nvfp4::w4a16_f16x8(w, s2, out); }
+  static NVFP4_DEVICE void mma(float* d, const u32* a, const u32* b) { ptx::mma_m16n8k16_f16_f32(d, a, b); }
+};
+
+template <>
+struct Act<true> {
+  static constexpr double UNBIAS = nvfp4::W4A16_BF16_UNBIAS;
+  // The chunk's scale pairs, (s * 2^119, s * 2^119) per block (`w4a16_bf16_scale`).
+  template <int BLOCKS>
+  static NVFP4_DEVICE void scales(u32 bytes, u32 (&sp)[BLOCKS]) {
+    const u32 s01 = nvfp4::e4m3x2_to_bf16x2(BLOCKS == 1 ? (bytes & 0xFFu) * 0x0101u : bytes);
+#pragma unroll
+    for (int b = 0; b < BLOCKS; ++b) sp[b] = nvfp4::w4a16_bf16_scale(s01, b);
+  }
+  static NVFP4_DEVICE void word(u32 w, u32 s2, u32* out) { nvfp4::w4a16_bf16x8(w, s2, out); }
+  static NVFP4_DEVICE void mma(float* d, const u32* a, const u32* b) { ptx::mma_m16n8k16_bf16_f32(d, a, b); }
+};
+
+// Stages x chunks [c0, c1) of batch l into shared memory: xs[word][chunk] : [WORDS, WC, 16 B],
+// the 8 elements of word `word` of chunk `chunk` as the pairs (x0, x4), (x1, x5), (x2, x6),
+// (x3, x7), the order of the decoders. Chunks past K (the window's last K-step) are zero, so a
+// thread past K multiplies zeros by zeros.
+// NOTE: every thread issues all its loads (at most STAGE_LOADS_PER_THREAD; the host keeps windows
+// within that) before storing any: one load latency per window.
+template <int CB>
+__device__ void stage_x(const Gemv16Params& p, u8* smem, int wc, int l, int c0, int c1, int chunks) {
+  using C = Chunk<CB>;
+  const u8* xl = p.x + (i64)l * p.k * 2;
+  const int pieces = (c1 - c0) * C::WORDS, valid = (min(c1, chunks) - c0) * C::WORDS;
+  uint4 v[STAGE_LOADS_PER_THREAD];
+#pragma unroll
+  for (int n = 0; n < STAGE_LOADS_PER_THREAD; ++n) {
+    const int i = threadIdx.x + n * THREADS;
+    v[n] = i < valid ? ptx::ld_nc_v4(xl + ((i64)c0 * C::WORDS + i) * 16) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int n = 0; n < STAGE_LOADS_PER_THREAD; ++n) {
+    const int i = threadIdx.x + n * THREADS;
+    if (i >= pieces) break;
+    // (x0 x1, x2 x3, x4 x5, x6 x7) -> (x0 x4, x1 x5, x2 x6, x3 x7)
+    const uint4 x = v[n];
+    const uint4 r = make_uint4(ptx::prmt(x.x, x.z, 0x5410u), ptx::prmt(x.x, x.z, 0x7632u),
+                               ptx::prmt(x.y, x.w, 0x5410u), ptx::prmt(x.y, x.w, 0x7632u));
+    *reinterpret_cast<uint4*>(smem + ((i % C::WORDS) * wc + i / C::WORDS) * 16) = r;
+  }
+}
+
+// Where one thread reads W and its scales, for its 4 rows; advanced one K-step at a time. Rows
+// past N are clamped to row N-1 (valid memory, results discarded), so loads need no per-row
+// predicate. One pointer per array and 32-bit offsets of the other rows keep registers for the
+// double buffer (a batch of W is below 2^31 bytes: the host checks).
+template <int CB, bool BLOCKED>
+struct Cursor {
+  const u8* w;                      // this thread's chunk of row q = 0
+  const u8* sf;                     // plain: the chunk's scale bytes of row 0; blocked: the 16 B group
+  i32 w_off[ROWS_PER_THREAD];       // rows q: bytes from row 0 ([0] = 0)
+  i32 sf_off[ROWS_PER_THREAD];      // plain: the same for scales
+  int sf_shift;                     // blocked: bit offset of this chunk's scales in its 4-byte word
+
+  __device__ __forceinline__ void advance() {
+    using C = Chunk<CB>;
+    w += C::KSTEP_W;
+    sf += BLOCKED ? C::KSTEP_GROUPS : C::KSTEP_SF;
+  }
+};
+
+template <int CB, bool BLOCKED>
+__device__ __forceinline__ Cursor<CB, BLOCKED> make_cursor(const Gemv16Params& p, int l, const int* row, int chunk) {
+  using C = Chunk<CB>;
+  Cursor<CB, BLOCKED> cur;
+  const int sf_cols = p.k / 16;
+  const int j = chunk * C::BLOCKS;
+  const int r0 = min(row[0], p.n - 1);
+  const i64 first = (i64)l * p.n + r0;
+  cur.w = p.w + first * (p.k / 2) + (i64)chunk * CB;
+  cur.sf = BLOCKED ? p.sfw + nvfp4::scale_offset(true, p.n, sf_cols, r0, j & ~3, l) : p.sfw + first * sf_cols + j;
+#pragma unroll
+  for (int q = 0; q < ROWS_PER_THREAD; ++q) {
+    const int dr = min(row[q], p.n - 1) - r0;
+    cur.w_off[q] = dr * (p.k / 2);
+    cur.sf_off[q] = dr * sf_cols;
+  }
+  // Blocked: the 4 rows differ only in (i % 128) / 32 = q, so one 16 B group holds all their
+  // scales, 4 bytes per row, scale columns 4 * (j / 4) .. + 3.
+  cur.sf_shift = 8 * (j & 3);
+  return cur;
+}
+
+// One K-step's W data of one thread: its chunk of each of its 4 rows, and their scales. Zero
+// past K (zero values and zero scales decode to +0).
+struct WChunk {
+  uint4 v[ROWS_PER_THREAD];  // CB bytes used
+  u32 s[ROWS_PER_THREAD];    // the chunk's scale bytes, low byte first
+};
+
+template <int CB, bool BLOCKED>
+__device__ __forceinline__ void load_w(const Cursor<CB, BLOCKED>& cur, WChunk& x, bool ok, u64 pol) {
+#pragma unroll
+  for (int q = 0; q < ROWS_PER_THREAD; ++q) {
+    x.v[q] = make_uint4(0, 0, 0, 0);
+    x.s[q] = 0;
+  }
+  if (!ok) return;
+#pragma unroll
+  for (int q = 0; q < ROWS_PER_THREAD; ++q) {
+    const u8* w = cur.w + cur.w_off[q];
+    if (CB == 16) {
+      x.v[q] = ptx::ld_stream_v4(w, pol);
+    } else {
+      const uint2 h = ptx::ld_stream_v2(w, pol);
+      x.v[q].x = h.x;
+      x.v[q].y = h.y;
+    }
+    if (!BLOCKED) x.s[q] = CB == 16 ? ptx::ld_nc_u16(cur.sf + cur.sf_off[q]) : ptx::ld_nc_u8(cur.sf + cur.sf_off[q]);
+  }
+  if (BLOCKED) {
+    const uint4 g = ptx::ld_nc_v4(cur.sf);
+    const u32 w[4] = {g.x, g.y, g.z, g.w};
+#pragma unroll
+    for (int q = 0; q < ROWS_PER_THREAD; ++q) x.s[q] = (w[q] >> cur.sf_shift) & (CB == 16 ? 0xFFFFu : 0xFFu);
+  }
+}
+
+// d[u] += MMA tile u's products for one K-step: rows q = 2u (A rows g) and 2u + 1 (A rows g + 8).
+template <int CB, bool ABF16>
+__device__ __forceinline__ void compute(const WChunk& x, const u8* xs, int wc, int cl, float (&d)[2][4]) {
+  using C = Chunk<CB>;
+  using A = Act<ABF16>;
+  u32 sp[ROWS_PER_THREAD][C::BLOCKS];
+#pragma unroll
+  for (int q = 0; q < ROWS_PER_THREAD; ++q) A::template scales<C::BLOCKS>(x.s[q], sp[q]);
+#pragma unroll
+  for (int i = 0; i < C::WORDS; ++i) {
+    // B fragments: b0 = the x pair of k 2t, 2t+1 (A's a0, a1), b1 = of k 2t+8, 2t+9 (a2, a3).
+    const uint4 b = *reinterpret_cast<const uint4*>(xs + (i * wc + cl) * 16);
+    const u32 b_lo[2] = {b.x, b.y}, b_hi[2] = {b.z, b.w};
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      u32 a[2][4];  // rows q = 2u, 2u + 1: (e0,e4), (e1,e5), (e2,e6), (e3,e7)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int q = 2 * u + h;
+        const u32 v[4] = {x.v[q].x, x.v[q].y, x.v[q].z, x.v[q].w};
+        A::word(v[i], sp[q][i / 2], a[h]);
+      }
+      const u32 lo[4] = {a[0][0], a[1][0], a[0][1], a[1][1]};
+      const u32 hi[4] = {a[0][2], a[1][2], a[0][3], a[1][3]};
+      A::mma(d[u], lo, b_lo);
+      A::mma(d[u], hi, b_hi);
+    }
+  }
+}
+
+template <int CB, bool BLOCKED, bool ABF16, bool OBF16>
+__device__ void gemv16_body(const Gemv16Params& p) {
+  extern __shared__ __align__(16) u8 smem[];
+  __shared__ float s_part[WARPS][gemv16::ROWS_PER_CTA];  // [warp][row of the tile], f32
+  __shared__ u32 s_last;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int chunks = p.k / 2 / CB;
+  const int ksteps = (chunks + KSTEP_CHUNKS - 1) / KSTEP_CHUNKS;
+  const int wc = p.window_ksteps * KSTEP_CHUNKS;  // chunks per shared-memory window
+  const int my_chunk = CHUNKS_PER_WARP * warp + t;  // within a K-step
+  const u64 pol = ptx::policy_evict_first();
+  int staged = -1;  // (batch, slice) whose x is in shared memory, when it fits one window
+
+  const int t_begin = blockIdx.x * p.tiles_per_cta;
+  const int t_end = min(t_begin + p.tiles_per_cta, p.tiles);
+  for (int tile = t_begin; tile < t_end; ++tile) {
+    const int slice = tile % p.split, rest = tile / p.split;
+    const int rc = rest % p.row_ctas, l = rest / p.row_ctas;
+    const int row0 = (rc / 4) * 128 + (rc % 4) * 8;
+    int row[ROWS_PER_THREAD];
+#pragma unroll
+    for (int q = 0; q < ROWS_PER_THREAD; ++q) row[q] = row0 + 32 * q + g;
+    const int ks0 = slice * p.ksteps_per_slice;
+    const int ks1 = min(ks0 + p.ksteps_per_slice, ksteps);
+    const bool one_window = ks1 - ks0 <= p.window_ksteps;
+    float d[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+
+    for (int ws = ks0; ws < ks1; ws += p.window_ksteps) {
+      const int we = min(ws + p.window_ksteps, ks1);
+      const int key = l * p.split + slice;
+      Cursor<CB, BLOCKED> cur = make_cursor<CB, BLOCKED>(p, l, row, ws * KSTEP_CHUNKS + my_chunk);
+      if (!one_window || staged != key) {
+        // NOTE: programmatic dependent launch, as in gemv.cu: nothing is read or written before
+        // `griddepcontrol.wait` (x may be the previous kernel's output: the activations of a
+        // decode step); a CTA's first window always stages x.
+        ptx::wait_prerequisites();
+        ptx::launch_dependents();
+        __syncthreads();  // every warp is done with the previous window
+        stage_x<CB>(p, smem, wc, l, ws * KSTEP_CHUNKS, we * KSTEP_CHUNKS, chunks);
+        __syncthreads();
+        staged = one_window ? key : -1;
+      }
+      // Register double buffering: K-step ks + 1 is loading while ks is computed. A warp whose
+      // chunks all lie past K skips the K-step (the MMA needs all 32 lanes, so the test is per
+      // warp; a lane past K within a live warp multiplies zeros).
+      WChunk x0, x1;
+      const int c_warp = ws * KSTEP_CHUNKS + CHUNKS_PER_WARP * warp;  // the warp's first chunk
+      load_w<CB, BLOCKED>(cur, x0, c_warp + t < chunks, pol);
+      cur.advance();
+      for (int ks = ws; ks < we; ks += 2) {
+        const int c0 = ks * KSTEP_CHUNKS + CHUNKS_PER_WARP * warp, c1 = c0 + KSTEP_CHUNKS;
+        load_w<CB, BLOCKED>(cur, x1, ks + 1 < we && c1 + t < chunks, pol);
+        cur.advance();
+        if (c0 < chunks) compute<CB, ABF16>(x0, smem, wc, c0 + t - ws * KSTEP_CHUNKS, d);
+        if (ks + 1 >= we) break;
+        load_w<CB, BLOCKED>(cur, x0, ks + 2 < we && c1 + KSTEP_CHUNKS + t < chunks, pol);
+        cur.advance();
+        if (c1 < chunks) compute<CB, ABF16>(x1, smem, wc, c1 + t - ws * KSTEP_CHUNKS, d);
+      }
+    }
+
+    // Epilogue. Every column of D holds the same sums: lanes t == 0 give tile u's rows g (d[u][0],
+    // row q = 2u) and g + 8 (d[u][2], q = 2u + 1); the warps' parts are added in warp order.
+    if (t == 0) {
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        s_part[warp][8 * (2 * u) + g] = d[u][0];
+        s_part[warp][8 * (2 * u + 1) + g] = d[u][2];
+      }
+    }
+    __syncthreads();
+    float total = 0.f;
+    if (threadIdx.x < gemv16::ROWS_PER_CTA) {
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w) total += s_part[w][threadIdx.x];
+    }
+    __syncthreads();  // s_part is free for the next tile
+    // Tile row threadIdx.x (q = threadIdx.x / 8, g = threadIdx.x % 8) -> output row.
+    const int my_row = row0 + 32 * (threadIdx.x / 8) + threadIdx.x % 8;
+    const bool writer = threadIdx.x < gemv16::ROWS_PER_CTA && my_row < p.n;
+    const double scale = p.alpha * Act<ABF16>::UNBIAS;
+    if (p.split == 1) {
+      if (writer) p.c[(i64)l * p.n + my_row] = out::of_f64((double)total * scale, OBF16);
+      continue;
+    }
+    if (writer) p.partial[((i64)slice * p.l + l) * p.n + my_row] = total;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const u32 arrived = atomicAdd(p.counters + (i64)l * p.row_ctas + rc, 1u);
+      s_last = arrived == (u32)p.split - 1;
+    }
+    __syncthreads();
+    if (s_last) {
+      __threadfence();
+      if (writer) {
+        float sum = 0.f;
+        for (int s = 0; s < p.split; ++s) sum += ptx::ld_cg_f32(p.partial + ((i64)s * p.l + l) * p.n + my_row);
+        p.c[(i64)l * p.n + my_row] = out::of_f64((double)sum * scale, OBF16);
+      }
+      if (threadIdx.x == 0) p.counters[(i64)l * p.row_ctas + rc] = 0;  // ready for the next launch
+    }
+  }
+}
+
+}  // namespace
+
+// Kernels: activation f16 or bf16 x scale layout x 16 B chunks (K % 32 == 0) or 8 B chunks
+// (suffix _k16, any K % 16 == 0) x output f16 or bf16 (`_to_bf16`; a compile-time choice, as in
+// gemv.cu, whose note says why).
+// NOTE: 256 threads, 2 CTAs (16 warps) per SM at <= 128 registers; double-buffered, 4 rows x
+// 2 K-steps x 16 B per thread in flight, as gemv.cu.
+#define GEMV16_KERNEL(name, CB, BLOCKED, ABF16, OBF16)                                                \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) name(const __grid_constant__ Gemv16Params p) { \
+    gemv16_body<CB, BLOCKED, ABF16, OBF16>(p);                                                         \
+  }
+
+GEMV16_KERNEL(gemv16_nvfp4_sm90_f16_plain_to_f16, 16, false, false, false)
+GEMV16_KERNEL(gemv16_nvfp4_sm90_f16_blocked_to_f16, 16, true, false, false)
+GEMV16_KERNEL(gemv16_nvfp4_sm90_f16_plain_k16_to_f16, 8, false, false, false)
+GEMV16_KERNEL(gemv16_nvfp4_sm90_f16_blocked_k16_to_f16, 8, true, false, false)
+GEMV16_KERNEL(gemv16_nvfp4_sm90_f16_plain_to_bf16, 16, false, false, true)
+GEMV16_KERNEL(gemv16_nvfp4_sm90_f16_blocked_to_bf16, 16, true, false, true)
+GEMV16_KERNEL(gemv16_nvfp4_sm90_f16_plain_k16_to_bf16, 8, false, false, true)
+GEMV16_KERNEL(gemv16_nvfp4_sm90_f16_blocked_k16_to_bf16, 8, true, false, true)
+GEMV16_KERNEL(gemv16_nvfp4_sm90_bf16_plain_to_f16, 16, false, true, false)
+GEMV16_KERNEL(gemv16_nvfp4_sm90_bf16_blocked_to_f16, 16, true, true, false)
+GEMV16_KERNEL(gemv16_nvfp4_sm90_bf16_plain_k16_to_f16, 8, false, true, false)
+GEMV16_KERNEL(gemv16_nvfp4_sm90_bf16_blocked_k16_to_f16, 8, true, true, false)
+GEMV16_KERNEL(gemv16_nvfp4_sm90_bf16_plain_to_bf16, 16, false, true, true)
+GEMV16_KERNEL(gemv16_nvfp4_sm90_bf16_blocked_to_bf16, 16, true, true, true)
+GEMV16_KERNEL(gemv16_nvfp4_sm90_bf16_plain_k16_to_bf16, 8, false, true, true)
+GEMV16_KERNEL(gemv16_nvfp4_sm90_bf16_blocked_k16_to_bf16, 8, true, true, true)

@@ -1,0 +1,341 @@
+//! The W4A16 GEMV family (SPEC §8 with one activation row): plan, bind and launch of
+//! kernels/gemv16.cu.
+//!
+//! It takes the two operations that are this computation: `Op::Gemv` with a dense 16-bit vector
+//! `b` `[L, 1, K]` (the matrix `a` is the NVFP4 weight, output `[L, N, 1]`), and `Op::Gemm` with a
+//! dense activation `a` of one row `[L, 1, K]` (the weight is `b`, output `[L, 1, N]`, the same
+//! memory). The plan is the W4A4 GEMV's tiling ([`Tiling`]) with the activation's window; the
+//! kernel is chosen by activation type, scale layout, chunk and output type.
+
+use std::fmt;
+
+use cudarc::driver::CudaFunction;
+
+use super::device::{to_i32, DeviceOp, F16View, Keep, Nvfp4View, Workspace, WorkspaceNeeds};
+use super::family::{DeviceFacts, Kernels, Launch, Plan, Verdict};
+use super::gemv_tiling::Tiling;
+use super::kernels::gemv16::{
+    symbol, x_smem_per_chunk, Chunk, Gemv16Params, GEMV16, KSTEP_CHUNKS, MAX_WINDOW_BYTES, ROWS_PER_CTA,
+    STAGE_LOADS_PER_THREAD, THREADS,
+};
+use super::kernels::pdl_ready;
+use super::overrides::Overrides;
+use super::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
+use crate::format::{OutputDtype, ScaleLayout};
+use crate::ops::{Act, Op, OpMeta};
+use crate::{Error, Result};
+
+/// Which operation the plan serves (the output's shape differs, its memory does not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// `Op::Gemv`: weight `a`, activation vector `b`, output `[L, N, 1]`.
+    Gemv,
+    /// `Op::Gemm` with one activation row: activation `a`, weight `b`, output `[L, 1, N]`.
+    Gemm,
+}
+
+/// The launch configuration of one W4A16 GEMV shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gemv16Config {
+    /// Kernel symbol.
+    pub symbol: &'static str,
+    /// The operation it serves.
+    pub form: Form,
+    /// The activation's type.
+    pub act: OutputDtype,
+    /// The output's type.
+    pub out: OutputDtype,
+    /// Scale layout of the weight.
+    pub layout: ScaleLayout,
+    /// Bytes of weight per thread per row per K-step.
+    pub chunk: Chunk,
+    /// (N, K, L): weight rows, reduction length, batches.
+    pub nkl: (usize, usize, usize),
+    /// Tiles, split-K, grid, window.
+    pub tiling: Tiling,
+    /// SMs of the device.
+    pub sms: usize,
+}
+
+impl Gemv16Config {
+    /// The heuristic: [`Tiling::choose`] with the activation's window (2 bytes per element, at
+    /// most the staging's load slots, [`MAX_WINDOW_BYTES`]). `occupancy(symbol, smem_bytes)` is
+    /// the number of CTAs of the kernel that fit one SM.
+    pub fn choose(
+        form: Form,
+        nkl: (usize, usize, usize),
+        (act, layout, out): (OutputDtype, ScaleLayout, OutputDtype),
+        sms: usize,
+        mut occupancy: impl FnMut(&'static str, usize) -> usize,
+    ) -> Self {
+        let chunk = if nkl.1.is_multiple_of(32) { Chunk::B16 } else { Chunk::B8 };
+        let symbol = symbol(act, layout, chunk, out);
+        let kstep_smem = KSTEP_CHUNKS * x_smem_per_chunk(chunk);
+        // 16-byte loads of the activation per K-step: one per 8 elements.
+        let loads_per_kstep = KSTEP_CHUNKS * chunk.bytes() / 4;
+        let max_window =
+            (MAX_WINDOW_BYTES / kstep_smem).min(THREADS as usize * STAGE_LOADS_PER_THREAD / loads_per_kstep);
+        let tiling = Tiling::choose(nkl, chunk, kstep_smem, max_window, sms, |smem| occupancy(symbol, smem));
+        Self { symbol, form, act, out, layout, chunk, nkl, tiling, sms }
+    }
+
+    /// Workspace: split-K partial sums `[split, L, N]` f32 at scratch offset 0 and one arrival
+    /// counter per row tile and batch (none without split).
+    pub fn scratch(&self) -> WorkspaceNeeds {
+        let (n, _, l) = self.nkl;
+        let t = &self.tiling;
+        if t.split > 1 {
+            WorkspaceNeeds { bytes: t.split * l * n * 4, counters: l * t.row_ctas }
+        } else {
+            WorkspaceNeeds::default()
+        }
+    }
+}
+
+impl fmt::Display for Gemv16Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (n, k, l) = self.nkl;
+        let t = &self.tiling;
+        write!(
+            f,
+            "{} ({:?} form) N={n} K={k} L={l}: {} B/thread/row/K-step, {} tiles of {ROWS_PER_CTA} rows x L {l} x \
+             split {} ({} of {} K-steps per slice), {} tiles, {} tile(s)/CTA, grid {} x {THREADS} ({} CTAs/SM x {} \
+             SMs), x window {} K-steps = {} B smem",
+            self.symbol,
+            self.form,
+            self.chunk.bytes(),
+            t.row_ctas,
+            t.split,
+            t.ksteps_per_slice,
+            t.ksteps,
+            t.tiles,
+            t.tiles_per_cta,
+            t.grid,
+            t.ctas_per_sm,
+            self.sms,
+            t.window_ksteps,
+            t.smem_bytes,
+        )
+    }
+}
+
+/// The family's verdict: a GEMV whose vector is 16-bit, or a GEMM whose 16-bit activation has one
+/// row; W4A4 operations and the other operations are not its.
+pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, _: &Overrides) -> Result<Verdict> {
+    let (form, w, x, c) = match op {
+        Op::Gemv { a, b: Act::Dense(x), c, .. } => (Form::Gemv, a, x, c),
+        Op::Gemm { a: Act::Dense(x), b, c, .. } => (Form::Gemm, b, x, c),
+        _ => return Ok(Verdict::NotItsOp),
+    };
+    if x.shape[1] != 1 {
+        return Ok(Verdict::Declines(format!("one activation row only (M = 1), has M = {}", x.shape[1])));
+    }
+    let out = c.map_or(x.dtype, |c| c.dtype);
+    let mut failure = None;
+    let config = Gemv16Config::choose(form, (w.rows, w.k, w.l), (x.dtype, w.layout, out), facts.sms(), |sym, smem| {
+        facts.ctas_per_sm(&GEMV16, sym, THREADS, smem).unwrap_or_else(|e| {
+            failure = Some(e);
+            1
+        })
+    });
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(Verdict::Takes(Box::new(config))),
+    }
+}
+
+impl Plan for Gemv16Config {
+    fn family(&self) -> &'static str {
+        "gemv16"
+    }
+    fn needs(&self) -> WorkspaceNeeds {
+        self.scratch()
+    }
+    fn bind(&self, k: &dyn Kernels, op: &DeviceOp<'_>, ws: &Workspace) -> Result<Box<dyn Launch>> {
+        let (w, x, alpha, c) = match *op {
+            Op::Gemv { a, b: Act::Dense(x), alpha, c } if self.form == Form::Gemv => (a, x, alpha, c),
+            Op::Gemm { a: Act::Dense(x), b, alpha, c } if self.form == Form::Gemm => (b, x, alpha, c),
+            _ => {
+                return Err(Error::Invalid(format!(
+                    "a W4A16 GEMV plan ({:?} form) bound to a {} ({})",
+                    self.form,
+                    op.name(),
+                    op.meta().activation().map_or("no activation".into(), |a| a.mode())
+                )))
+            }
+        };
+        let f = k.function(&GEMV16, self.symbol)?;
+        Ok(Box::new(Gemv16Launch::bind(k.gpu(), self.clone(), f, (w, x), alpha, c, ws)?))
+    }
+}
+
+/// A W4A16 GEMV bound to device operands, output and workspace.
+pub(crate) struct Gemv16Launch {
+    config: Gemv16Config,
+    func: CudaFunction,
+    params: Gemv16Params,
+    keep: Vec<Keep>,
+}
+
+impl Gemv16Launch {
+    /// Binds `config` (from [`Gemv16Config::choose`]) to the weight `w` `[L, N, K]` (in the
+    /// config's scale layout), the activation `x` `[L, 1, K]` (of the config's type), the output
+    /// (`[L, N, 1]` or `[L, 1, N]` by the config's form, of its output type) and `ws`.
+    pub fn bind(
+        gpu: &Gpu,
+        config: Gemv16Config,
+        func: CudaFunction,
+        (w, x): (&Nvfp4View, &F16View),
+        alpha: Option<f32>,
+        c: &F16View,
+        ws: &Workspace,
+    ) -> Result<Self> {
+        let (n, k, l) = config.nkl;
+        if (w.meta.l, w.meta.rows, w.meta.k) != (l, n, k) || x.shape != [l, 1, k] {
+            return Err(Error::Shape(format!(
+                "gemv16: weight {:?} and activation {:?} do not match (N, K, L) = {:?}",
+                w.meta, x.shape, config.nkl
+            )));
+        }
+        if w.meta.layout != config.layout {
+            return Err(Error::Shape(format!("gemv16: the weight's scales must be {:?}", config.layout)));
+        }
+        if (x.dtype, c.dtype) != (config.act, config.out) {
+            return Err(Error::Shape(format!(
+                "gemv16: a {} activation and a {} output need another kernel than {}",
+                x.dtype, c.dtype, config.symbol
+            )));
+        }
+        let want = match config.form {
+            Form::Gemv => [l, n, 1],
+            Form::Gemm => [l, 1, n],
+        };
+        if c.shape != want {
+            return Err(Error::Shape(format!("gemv16: output is {:?}, wants {want:?}", c.shape)));
+        }
+        if !x.addr.is_multiple_of(16) {
+            return Err(Error::Invalid("gemv16: the activation must be 16-byte aligned".into()));
+        }
+        to_i32(l * n, "gemv16: L * N")?;
+        to_i32(n * (k / 2), "gemv16: N * K / 2 (one batch of the weight)")?;
+        to_i32(l * k, "gemv16: L * K")?;
+        gpu.allow_smem(&func, config.tiling.smem_bytes)?;
+        let needs = config.scratch();
+        let t = &config.tiling;
+        let params = Gemv16Params {
+            w: w.values,
+            sfw: w.scales,
+            x: x.addr,
+            c: c.addr,
+            partial: if needs.bytes > 0 { ws.at(0, needs.bytes)? } else { 0 },
+            counters: if needs.counters > 0 { ws.counters(needs.counters)? } else { 0 },
+            // alpha x the weight's global scale, in f32 as the reference forms it (a dense
+            // activation's factor is 1), widened for the epilogue.
+            alpha: f64::from(alpha.unwrap_or(1.0) * w.meta.global_scale),
+            n: to_i32(n, "gemv16: N")?,
+            k: to_i32(k, "gemv16: K")?,
+            l: to_i32(l, "gemv16: L")?,
+            row_ctas: to_i32(t.row_ctas, "gemv16: row tiles")?,
+            split: to_i32(t.split, "gemv16: split")?,
+            ksteps_per_slice: to_i32(t.ksteps_per_slice, "gemv16: K-steps")?,
+            window_ksteps: to_i32(t.window_ksteps, "gemv16: window")?,
+            tiles: to_i32(t.tiles, "gemv16: tiles")?,
+            tiles_per_cta: to_i32(t.tiles_per_cta, "gemv16: tiles per CTA")?,
+            reserved: 0,
+        };
+        let keep = [w.keep(), x.keep(), c.keep(), Some(ws.keep())].into_iter().flatten().collect();
+        Ok(Self { config, func, params, keep })
+    }
+}
+
+impl Launch for Gemv16Launch {
+    fn enqueue(&self, gpu: &Gpu, stream: StreamHandle, chain: bool) -> Result<()> {
+        let c = &self.config;
+        let options = LaunchOptions { dependent: chain && pdl_ready(c.symbol), cluster_x: 0 };
+        let shape = LaunchShape::linear(c.tiling.grid as u32, THREADS, c.tiling.smem_bytes as u32).with(options);
+        gpu.launch(stream, &self.func, shape, &self.params)
+    }
+    fn first_symbol(&self) -> &'static str {
+        self.config.symbol
+    }
+    fn keeps(&self) -> &[Keep] {
+        &self.keep
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cuda::family::Modeled;
+    use crate::backend::cuda::route::route as route_op;
+    use crate::problem::Shape;
+
+    const F16: OutputDtype = OutputDtype::F16;
+    const BF16: OutputDtype = OutputDtype::Bf16;
+
+    fn cfg(n: usize, k: usize, l: usize) -> Gemv16Config {
+        Gemv16Config::choose(Form::Gemv, (n, k, l), (BF16, ScaleLayout::Plain, BF16), 132, |_, _| 2)
+    }
+
+    #[test]
+    fn decode_shapes_fill_one_wave_and_windows_fit() {
+        // 1 x 8192 x 8192: 256 row tiles over 264 slots, no split, the whole K in one window.
+        let c = cfg(8192, 8192, 1);
+        let t = &c.tiling;
+        assert_eq!(c.symbol, "gemv16_nvfp4_sm90_bf16_plain_to_bf16");
+        assert_eq!((t.row_ctas, t.split, t.ksteps, t.grid, t.window_ksteps, t.smem_bytes), (256, 1, 8, 256, 8, 16384));
+        // K = 16384 needs 16 K-steps of x: 32 KiB, the largest window.
+        let c = cfg(7168, 16384, 1);
+        assert_eq!((c.tiling.window_ksteps, c.tiling.smem_bytes), (16, 32768));
+        // Longer K is staged in windows; the K % 32 == 16 path takes 8 B chunks.
+        assert_eq!(cfg(4096, 65536, 1).tiling.window_ksteps, 16);
+        let c = cfg(4096, 8208, 1);
+        assert_eq!((c.chunk, c.symbol), (Chunk::B8, "gemv16_nvfp4_sm90_bf16_plain_k16_to_bf16"));
+        assert_eq!(c.tiling.ksteps, 17); // 8208 / 2 / 8 = 513 chunks
+        for (n, k, l) in [(1, 16, 1), (7, 48, 3), (40, 4112, 1), (130, 64, 3), (2432, 4608, 2), (64, 65536, 1)] {
+            let c = cfg(n, k, l);
+            let t = &c.tiling;
+            let loads = t.window_ksteps * KSTEP_CHUNKS * c.chunk.bytes() / 4;
+            assert!(loads <= THREADS as usize * STAGE_LOADS_PER_THREAD && t.smem_bytes <= MAX_WINDOW_BYTES, "{c}");
+            assert!(t.ksteps_per_slice * t.split >= t.ksteps && t.grid <= 264, "{c}");
+        }
+    }
+
+    #[test]
+    fn workspace_only_when_split() {
+        assert_eq!(cfg(8192, 8192, 1).scratch(), WorkspaceNeeds::default());
+        let c = cfg(128, 16384, 2);
+        assert!(c.tiling.split > 1, "{c}");
+        assert_eq!(c.scratch(), WorkspaceNeeds { bytes: c.tiling.split * 2 * 128 * 4, counters: 2 * 4 });
+    }
+
+    /// Both operations of this computation route here, with the kernel of their types; other
+    /// activations and more rows do not.
+    #[test]
+    fn the_gemv_and_the_one_row_gemm_route_here() {
+        let run =
+            |shape: Shape, layout, act| route_op(&shape.op_meta_in(layout, act), &Modeled::HOPPER, &Overrides::NONE);
+        let gemv = Shape::Gemv { m: 8192, k: 8192, l: 1 };
+        let gemm = Shape::Gemm { m: 1, n: 8192, k: 8192, l: 2 };
+        for (shape, form) in [(gemv.clone(), "Gemv form"), (gemm.clone(), "Gemm form")] {
+            for (layout, act, sym) in [
+                (ScaleLayout::Plain, BF16, "gemv16_nvfp4_sm90_bf16_plain_to_bf16"),
+                (ScaleLayout::Blocked, F16, "gemv16_nvfp4_sm90_f16_blocked_to_f16"),
+            ] {
+                let r = run(shape.clone(), layout, Some(act)).expect("routed");
+                assert_eq!(r.family(), "gemv16", "{r}");
+                assert!(r.plan().starts_with(sym) && r.plan().contains(form), "{r}");
+            }
+        }
+        // W4A4 stays with the W4A4 families.
+        assert_eq!(run(gemv, ScaleLayout::Plain, None).unwrap().family(), "gemv");
+        assert_ne!(run(gemm, ScaleLayout::Plain, None).unwrap().family(), "gemv16");
+        // A W4A16 GEMM of several rows is not this kernel's: it declines, saying why.
+        let many = Shape::Gemm { m: 16, n: 256, k: 256, l: 1 };
+        let said = match run(many, ScaleLayout::Plain, Some(BF16)) {
+            Ok(r) => r.to_string(),
+            Err(e) => e.to_string(),
+        };
+        assert!(said.contains("gemv16: one activation row only (M = 1), has M = 16"), "{said}");
+    }
+}

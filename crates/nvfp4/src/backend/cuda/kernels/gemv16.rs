@@ -1,0 +1,157 @@
+//! kernels/gemv16.cu: the W4A16 GEMV (16-bit activation row times NVFP4 weights), its parameter
+//! struct, its kernel symbols and the sizes its host plan shares with it. The tiles, K-steps and
+//! chunks are the W4A4 GEMV's (`super::gemv`), so one plan serves both; what differs is the shared
+//! memory a window of the activation takes and the staging's load slots. `cuda_sizes` writes them
+//! into generated.cuh, where gemv16.cu reads them.
+
+use std::fmt::Write;
+
+use super::module::KernelModule;
+use crate::backend::cuda::runtime::kernel_struct;
+use crate::format::{OutputDtype, ScaleLayout};
+
+pub use super::gemv::{Chunk, KSTEP_CHUNKS, ROWS_PER_CTA, THREADS};
+
+/// Per-thread load slots of the activation staging (gemv16.cu's `stage_x` issues every 16-byte
+/// load of a window before storing any).
+pub const STAGE_LOADS_PER_THREAD: usize = 8;
+/// Bytes of activation a window may hold: the staging's slots of every thread (32 KiB, so that
+/// 2 CTAs per SM fit easily).
+pub const MAX_WINDOW_BYTES: usize = THREADS as usize * STAGE_LOADS_PER_THREAD * 16;
+
+/// Shared memory per chunk of an activation window: the 2 * `chunk.bytes()` activations (2 bytes
+/// each) that meet the chunk's weights. gemv16.cu's `stage_x` lays them out and checks its
+/// `X_BYTES` against this (`WindowChunk` in generated.cuh).
+pub fn x_smem_per_chunk(chunk: Chunk) -> usize {
+    4 * chunk.bytes()
+}
+
+/// The `namespace gemv16` part of generated.cuh.
+pub fn cuda_sizes() -> String {
+    let mut s = String::from("namespace gemv16 {\n");
+    let consts: [(&str, usize); 4] = [
+        ("THREADS", THREADS as usize),
+        ("ROWS_PER_CTA", ROWS_PER_CTA),
+        ("KSTEP_CHUNKS", KSTEP_CHUNKS),
+        ("STAGE_LOADS_PER_THREAD", STAGE_LOADS_PER_THREAD),
+    ];
+    for (name, v) in consts {
+        let _ = writeln!(s, "constexpr int {name} = {v};");
+    }
+    s += "// Shared memory per chunk of an activation window (backend/cuda/kernels/gemv16.rs,\n\
+          // x_smem_per_chunk), by bytes of weights per thread per row per K-step.\n\
+          template <int CB>\nstruct WindowChunk;\n";
+    for c in Chunk::ALL {
+        let _ = writeln!(
+            s,
+            "template <> struct WindowChunk<{}> {{ static constexpr int BYTES = {}; }};",
+            c.bytes(),
+            x_smem_per_chunk(c)
+        );
+    }
+    s += "}  // namespace gemv16\n";
+    s
+}
+
+/// The kernel of a variant: activation type x scale layout x chunk (16 B when K % 32 == 0, else
+/// 8 B) x output type.
+pub fn symbol(act: OutputDtype, layout: ScaleLayout, chunk: Chunk, out: OutputDtype) -> &'static str {
+    let index = |d: OutputDtype| usize::from(d == OutputDtype::Bf16);
+    let i = 8 * index(act)
+        + 4 * index(out)
+        + 2 * usize::from(chunk == Chunk::B8)
+        + usize::from(layout == ScaleLayout::Blocked);
+    SYMBOLS[i]
+}
+
+/// In `symbol`'s order: activation, output, chunk, layout (the last varying fastest).
+const SYMBOLS: [&str; 16] = [
+    "gemv16_nvfp4_sm90_f16_plain_to_f16",
+    "gemv16_nvfp4_sm90_f16_blocked_to_f16",
+    "gemv16_nvfp4_sm90_f16_plain_k16_to_f16",
+    "gemv16_nvfp4_sm90_f16_blocked_k16_to_f16",
+    "gemv16_nvfp4_sm90_f16_plain_to_bf16",
+    "gemv16_nvfp4_sm90_f16_blocked_to_bf16",
+    "gemv16_nvfp4_sm90_f16_plain_k16_to_bf16",
+    "gemv16_nvfp4_sm90_f16_blocked_k16_to_bf16",
+    "gemv16_nvfp4_sm90_bf16_plain_to_f16",
+    "gemv16_nvfp4_sm90_bf16_blocked_to_f16",
+    "gemv16_nvfp4_sm90_bf16_plain_k16_to_f16",
+    "gemv16_nvfp4_sm90_bf16_blocked_k16_to_f16",
+    "gemv16_nvfp4_sm90_bf16_plain_to_bf16",
+    "gemv16_nvfp4_sm90_bf16_blocked_to_bf16",
+    "gemv16_nvfp4_sm90_bf16_plain_k16_to_bf16",
+    "gemv16_nvfp4_sm90_bf16_blocked_k16_to_bf16",
+];
+
+/// The W4A16 GEMV kernels.
+pub static GEMV16: KernelModule =
+    KernelModule { file: "gemv16.cu", source: include_str!("../../../../kernels/gemv16.cu"), symbols: &SYMBOLS };
+
+kernel_struct! {
+    /// The W4A16 GEMV kernels' parameters.
+    pub(crate) struct Gemv16Params {
+        /// [L, N, K/2] packed e2m1
+        w: u64 => "const u8*",
+        /// [L, N, K/16] e4m3 (plain) or [L, R, C, 512] (blocked)
+        sfw: u64 => "const u8*",
+        /// [L, 1, K] f16 or bf16 (the kernel's activation type), 16-byte aligned
+        x: u64 => "const u8*",
+        /// [L, N] f16, or bf16 in the `_to_bf16` kernels
+        c: u64 => "u16*",
+        /// [split, L, N] f32, split-K partial sums
+        partial: u64 => "float*",
+        /// [L, row_ctas], zero between launches
+        counters: u64 => "u32*",
+        /// applied in f64 before the single rounding to the output type
+        alpha: f64 => "double",
+        n: i32 => "i32",
+        k: i32 => "i32",
+        l: i32 => "i32",
+        /// row tiles per batch (4 per 128 rows)
+        row_ctas: i32 => "i32",
+        /// K slices
+        split: i32 => "i32",
+        /// K-steps (32 chunks) per slice
+        ksteps_per_slice: i32 => "i32",
+        /// K-steps of x held in shared memory at a time
+        window_ksteps: i32 => "i32",
+        /// row_ctas * l * split
+        tiles: i32 => "i32",
+        tiles_per_cta: i32 => "i32",
+        reserved: i32 => "i32",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_symbols_agree() {
+        assert_eq!((x_smem_per_chunk(Chunk::B16), x_smem_per_chunk(Chunk::B8)), (64, 32));
+        assert_eq!(MAX_WINDOW_BYTES, 32 * 1024);
+        let h = cuda_sizes();
+        assert!(h.contains("constexpr int STAGE_LOADS_PER_THREAD = 8;\n"), "{h}");
+        assert!(h.contains("template <> struct WindowChunk<16> { static constexpr int BYTES = 64; };"), "{h}");
+        let (f, b) = (OutputDtype::F16, OutputDtype::Bf16);
+        assert_eq!(symbol(f, ScaleLayout::Plain, Chunk::B16, f), "gemv16_nvfp4_sm90_f16_plain_to_f16");
+        assert_eq!(symbol(b, ScaleLayout::Blocked, Chunk::B8, f), "gemv16_nvfp4_sm90_bf16_blocked_k16_to_f16");
+        assert_eq!(symbol(f, ScaleLayout::Blocked, Chunk::B16, b), "gemv16_nvfp4_sm90_f16_blocked_to_bf16");
+        assert_eq!(symbol(b, ScaleLayout::Plain, Chunk::B8, b), "gemv16_nvfp4_sm90_bf16_plain_k16_to_bf16");
+        // Every variant has its own kernel.
+        let mut all = Vec::new();
+        for act in [f, b] {
+            for out in [f, b] {
+                for chunk in Chunk::ALL {
+                    for layout in [ScaleLayout::Plain, ScaleLayout::Blocked] {
+                        all.push(symbol(act, layout, chunk, out));
+                    }
+                }
+            }
+        }
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), SYMBOLS.len());
+    }
+}
