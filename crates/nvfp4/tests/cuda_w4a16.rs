@@ -462,9 +462,12 @@ fn launches_behind_busy_work_on_a_side_stream() {
         let busy = make_busy(&b, &side, 10);
         let (got, route) = w.run(&b, dtype, Some(&side));
         drop(busy);
+        // The dual GEMM's gate is not exact in f32 (silu's exponential): SPEC §4's tolerance,
+        // as in `check`.
+        let rule = if matches!(w, W16::Dual(_)) { Rule::Tolerance } else { Rule::Exact };
         for outs in got {
             for (g, x) in outs.iter().zip(&want) {
-                let bad = differences(g, x, Rule::Exact);
+                let bad = differences(g, x, rule);
                 assert!(bad.is_empty(), "busy stream {shape} ({route}): {bad:?}");
             }
         }
