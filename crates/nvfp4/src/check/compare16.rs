@@ -1,6 +1,6 @@
 //! Comparing 16-bit outputs of either type (the W4A16 check's, SPEC §8): bit for bit (any NaN
 //! matching any NaN), or SPEC §4's rule with NaN/+inf/-inf parity, whose relative term is the
-//! output type's: [`RTOL`](super::RTOL) for f16, whose unit in the last place is below it, and
+//! output type's: [`RTOL`] for f16, whose unit in the last place is below it, and
 //! [`BF16_RTOL`] for bf16, one unit in its last place at most (docs/FORMAT.md §3), so that an
 //! FP32 sum in another order that lands on the other side of a bf16 rounding boundary passes.
 

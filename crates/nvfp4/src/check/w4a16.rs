@@ -9,10 +9,10 @@
 //! (0.5 on exact data, a power of two, so results stay exact; 0.75 on random data), and every
 //! seventh one weight block scale of NaN.
 //!
-//! The expected output is [`reference16`](super::reference16::reference16), computed in the check
+//! The expected output is [`reference16`], computed in the check
 //! independently of the CPU backend, so a CPU run tests that backend. The exact tier is compared
 //! bit for bit, except the dual GEMM's (its SiLU is approximate on the GPU: SPEC §4 keeps it to
-//! the tolerance); the random tier within the tolerance ([`compare16`](super::compare16::compare16)).
+//! the tolerance); the random tier within the tolerance ([`compare16`]).
 //! A backend with no kernel for a case fails it with the error that says why (on the CUDA backend,
 //! the route's rule of every family).
 

@@ -4,24 +4,25 @@
 //!   tensor (2^-2 ..= 2^2), weights from the operation's SPEC §5 distribution (the dual GEMM's
 //!   with the grouped GEMM's integer scales {1, 2}, so that its sums are exact too), each weight
 //!   with a power-of-two global scale (2^-2 ..= 2^1). Every product is then a multiple of
-//!   0.25 × 2^e (e the activation's exponent) of magnitude at most 144 such units (weights at
-//!   most 18 = 6 × 3, in halves; activations at most 2, in halves), so every partial sum of K
-//!   products is an integer number of units below 2^24 while K ≤ [`EXACT_MAX_K`]: exact in FP32
-//!   in any order, and a correct kernel is bit-identical to the reference (given a power-of-two
-//!   alpha).
+//!   0.25 × 2^e (e the activation's exponent) of magnitude at most 144 such units (weights are
+//!   multiples of 0.5 up to 18 = 6 × 3: 36 halves; activations multiples of 0.5 × 2^e up to
+//!   2 × 2^e: 4 such halves), so every partial sum of K products is an integer number of units
+//!   below 2^24 while K ≤ [`EXACT_MAX_K`]: exact in FP32 in any order, and a correct kernel is
+//!   bit-identical to the reference (given a power-of-two alpha).
 //! - [`Tier::Random`]: activations from a bell-shaped distribution (the sum of four uniforms,
 //!   centred and scaled to variance 1) rounded to the activation type, and weights quantized
 //!   from the same distribution in the ModelOpt convention (a global scale of amax / 2688, not a
 //!   power of two). Sums are inexact: SPEC §4's tolerance.
 //!
-//! Scales are in the plain layout; [`Problem16::into_layout`] converts them.
+//! Scales are in the plain layout; [`Problem16::into_layout`] converts them. `nan_mark.rs` sets
+//! one weight block scale to NaN.
 
 use std::fmt;
 use std::str::FromStr;
 
 use super::generate::Dist;
 use super::{Problem16, ProblemKind, Rng, Shape};
-use crate::format::{quantize, GlobalScale, Nvfp4Tensor, OutTensor, OutputDtype, ScaleLayout, NAN_SCALE};
+use crate::format::{quantize, GlobalScale, Nvfp4Tensor, OutTensor, OutputDtype, ScaleLayout};
 use crate::memory::{checked_product, checked_sum, ensure_host};
 use crate::ops::{DualGemm, Gemm, Gemv, GroupedGemm, MoeGemm};
 use crate::{Error, Result};
@@ -205,67 +206,4 @@ pub fn generate16(shape: &Shape, act: OutputDtype, tier: Tier, seed: u64) -> Res
             Problem16::Moe(MoeGemm::new(a, b, offsets, None)?)
         }
     })
-}
-
-/// `t` with the scale of row `row`, scale column `j` of batch `batch` set to the E4M3 NaN
-/// (layout and global scale kept).
-fn with_nan_scale(t: &Nvfp4Tensor, batch: usize, row: usize, j: usize) -> Result<Nvfp4Tensor> {
-    let plain = t.to_layout(ScaleLayout::Plain);
-    let mut scales = plain.scales().to_vec();
-    scales[(batch * t.rows() + row) * t.sf_cols() + j] = NAN_SCALE;
-    let marked = Nvfp4Tensor::new(t.l(), t.rows(), t.k(), plain.values().to_vec(), scales, ScaleLayout::Plain)?;
-    Ok(marked.into_layout(t.layout()).with_global_scale(t.global_scale()))
-}
-
-impl Problem16 {
-    /// Sets one block scale of one weight to the E4M3 NaN, chosen from `seed` (which weight of
-    /// several, which batch, row and 16-block): the outputs whose sums use it must be NaN on
-    /// every backend (docs/FORMAT.md §1). Returns `(weight, [batch, row, block])`, the weight
-    /// named as in a case file (`a` for the GEMV's matrix, `b1`, `b_g2`, ..).
-    pub fn mark_nan_scale(&mut self, seed: u64) -> Result<(String, [usize; 3])> {
-        let mut rng = Rng::new(seed);
-        let mut pick = |t: &Nvfp4Tensor| {
-            let at = [
-                rng.below(t.l() as u32) as usize,
-                rng.below(t.rows() as u32) as usize,
-                rng.below(t.sf_cols() as u32) as usize,
-            ];
-            with_nan_scale(t, at[0], at[1], at[2]).map(|t| (t, at))
-        };
-        let (name, at) = match self {
-            Problem16::Gemv(p) => {
-                let (t, at) = pick(&p.a)?;
-                p.a = t;
-                ("a".to_string(), at)
-            }
-            Problem16::Gemm(p) => {
-                let (t, at) = pick(&p.b)?;
-                p.b = t;
-                ("b".to_string(), at)
-            }
-            Problem16::DualGemm(p) => {
-                if seed.is_multiple_of(2) {
-                    let (t, at) = pick(&p.b1)?;
-                    p.b1 = t;
-                    ("b1".to_string(), at)
-                } else {
-                    let (t, at) = pick(&p.b2)?;
-                    p.b2 = t;
-                    ("b2".to_string(), at)
-                }
-            }
-            Problem16::GroupedGemm(p) => {
-                let g = (seed % p.groups.len() as u64) as usize;
-                let (t, at) = pick(&p.groups[g].b)?;
-                p.groups[g].b = t;
-                (format!("b_g{g}"), at)
-            }
-            Problem16::Moe(p) => {
-                let (t, at) = pick(&p.b)?;
-                p.b = t;
-                ("b".to_string(), at)
-            }
-        };
-        Ok((name, at))
-    }
 }

@@ -8,6 +8,7 @@ mod footprint;
 mod generate;
 mod generate16;
 mod instance;
+mod nan_mark;
 mod rng;
 mod w4a16;
 

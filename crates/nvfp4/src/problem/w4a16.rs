@@ -5,7 +5,7 @@
 
 use crate::format::{OutTensor, OutputDtype, ScaleLayout};
 use crate::memory::ensure_host;
-use crate::ops::{Activation, Backend, DualGemm, Gemm, Gemv, GroupedGemm, HostOp, MoeGemm};
+use crate::ops::{Backend, DualGemm, Gemm, Gemv, GroupedGemm, HostOp, MoeGemm};
 use crate::problem::{ProblemKind, Shape};
 use crate::Result;
 
@@ -166,10 +166,5 @@ impl Problem16 {
             Problem16::GroupedGemm(p) => p.groups.iter().map(|g| &g.a).collect(),
             Problem16::Moe(p) => vec![&p.a],
         }
-    }
-
-    /// `W4A16 (bfloat16)`: the mode in messages.
-    pub fn mode(&self) -> String {
-        self.activations().first().map_or_else(|| "W4A16".into(), |a| a.act_meta().mode())
     }
 }
