@@ -9,7 +9,7 @@
 #   env        nvidia-smi, NVRTC discovery, `nvfp4 kernels` (registers/spills on this NVRTC)
 #   tests      gpu-bin/test-* with --ignored, on cargo's default test threads (TEST_BINS="cuda bench" picks
 #              binaries, default all; TEST_FILTER passes test-name filters).
-#   check      nvfp4 check --backend cuda
+#   check      nvfp4 check --backend cuda, one step per mode (--mode w4a4, --mode w4a16)
 #   bench      nvfp4 bench --json $OUT/bench.json (SPEC §7 cold protocol)
 #   graph      nvfp4 bench --mode graph --json $OUT/bench-graph.json (SPEC §7 graph protocol)
 #   large      nvfp4 bench gemm --shapes large --json $OUT/bench-large.json
@@ -107,7 +107,11 @@ fi
 if has_step check; then
   log="$OUT/check.log"
   : >"$log"
-  if "$BIN/nvfp4" check --help 2>/dev/null | grep -q -- '--backend'; then
+  if "$BIN/nvfp4" check --help 2>/dev/null | grep -q -- '--mode'; then
+    # One step per mode: a W4A16 case no kernel takes yet fails its own step, not W4A4's.
+    run_step "check --backend cuda --mode w4a4" "$log" "$BIN/nvfp4" check --backend cuda --mode w4a4
+    run_step "check --backend cuda --mode w4a16" "$log" "$BIN/nvfp4" check --backend cuda --mode w4a16
+  elif "$BIN/nvfp4" check --help 2>/dev/null | grep -q -- '--backend'; then
     run_step "check --backend cuda" "$log" "$BIN/nvfp4" check --backend cuda
   else
     skip_step "check --backend cuda" "this nvfp4 check has no --backend option yet"

@@ -1,17 +1,41 @@
 //! `nvfp4 check`: every catalogue test case plus extra edge shapes through a backend, compared
-//! with the CPU reference (bit-identical where the data makes sums exact, docs/FORMAT.md §4's
-//! tolerance otherwise).
+//! with a reference (bit-identical where the data makes sums exact, docs/FORMAT.md §4's
+//! tolerance otherwise), in both modes: W4A4 (NVFP4 activations, against the CPU reference) and
+//! W4A16 (16-bit activations, docs/FORMAT.md §10, against the check's own reference, in an exact
+//! and a random tier). The rows and their printing are in `check_report.rs`.
 
 use std::process::ExitCode;
+use std::str::FromStr;
 use std::time::Instant;
 
 use nvfp4::backend::{open_with, BackendChoice, Overrides};
-use nvfp4::check::{cases, mode_for, run_case, what_check_proves, CaseSpec};
-use nvfp4::problem::ProblemKind;
+use nvfp4::check::w4a16::{cases16, run_case16, Case16};
+use nvfp4::check::{cases, mode_for, run_case, CaseSpec};
+use nvfp4::problem::{ProblemKind, Tier};
 
-use crate::console::{errln, outln};
-use crate::exit::Outcome;
+use crate::check_report::{print_json, print_table, Row, Verdict};
+use crate::exit::{usage, Outcome};
 use crate::ui::Progress;
+
+/// Which cases `check` runs: W4A4, W4A16, or both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// NVFP4 activations (docs/FORMAT.md §3).
+    W4a4,
+    /// 16-bit activations (docs/FORMAT.md §10).
+    W4a16,
+}
+
+impl FromStr for Form {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "w4a4" => Ok(Form::W4a4),
+            "w4a16" => Ok(Form::W4a16),
+            _ => Err(format!("unknown mode `{s}` (w4a4, w4a16)")),
+        }
+    }
+}
 
 /// Arguments of `nvfp4 check`.
 #[derive(clap::Args)]
@@ -27,54 +51,84 @@ pub struct Args {
     /// Only the catalogue's test shapes (docs/FORMAT.md §6), not the extra edge shapes.
     #[arg(long)]
     spec_only: bool,
+    /// Only one mode: w4a4 (NVFP4 activations) or w4a16 (16-bit activations); both when absent.
+    #[arg(long)]
+    mode: Option<Form>,
+    /// Only the W4A16 cases of one tier: exact (bit-identical) or random (tolerance).
+    #[arg(long)]
+    tier: Option<Tier>,
     /// Print the results as JSON on stdout.
     #[arg(long)]
     json: bool,
 }
 
-struct Row {
-    kind: ProblemKind,
-    spec: CaseSpec,
-    verdict: Result<nvfp4::check::Report, nvfp4::Error>,
-    seconds: f64,
+/// One case to run, of either mode.
+enum Todo {
+    W4a4(ProblemKind, CaseSpec),
+    W4a16(ProblemKind, Case16),
 }
 
-impl Row {
-    fn passed(&self) -> bool {
-        matches!(&self.verdict, Ok(r) if r.passed())
+impl Todo {
+    fn describe(&self) -> String {
+        match self {
+            Todo::W4a4(kind, c) => format!("{kind} {} {}", c.label, c.shape),
+            Todo::W4a16(kind, c) => format!("{kind} w4a16 {} {} {}", c.tier, c.label, c.shape),
+        }
     }
+
+    fn run(self, backend: &dyn nvfp4::Backend) -> Row {
+        let t0 = Instant::now();
+        match self {
+            Todo::W4a4(kind, spec) => {
+                let verdict = run_case(backend, &spec).map(|r| Verdict::of(&r));
+                Row::w4a4(kind, spec, mode_for(kind), verdict, t0.elapsed().as_secs_f64())
+            }
+            Todo::W4a16(kind, spec) => {
+                let verdict = run_case16(backend, &spec).map(|r| Verdict::of(&r));
+                Row::w4a16(kind, spec, verdict, t0.elapsed().as_secs_f64())
+            }
+        }
+    }
+}
+
+/// The cases the arguments select, W4A4 before W4A16 for each problem.
+fn todo(args: &Args) -> Vec<Todo> {
+    let kinds: Vec<ProblemKind> = args.problem.map_or(ProblemKind::ALL.to_vec(), |k| vec![k]);
+    let wanted = |f: Form| args.mode.is_none_or(|m| m == f);
+    let spec = |label: &str| !args.spec_only || label.starts_with("test:");
+    let mut out = Vec::new();
+    for &kind in &kinds {
+        if wanted(Form::W4a4) && args.tier.is_none() {
+            out.extend(cases(kind, args.seed).into_iter().filter(|c| spec(&c.label)).map(|c| Todo::W4a4(kind, c)));
+        }
+        if wanted(Form::W4a16) {
+            out.extend(
+                cases16(kind, args.seed)
+                    .into_iter()
+                    .filter(|c| spec(&c.label) && args.tier.is_none_or(|t| t == c.tier))
+                    .map(|c| Todo::W4a16(kind, c)),
+            );
+        }
+    }
+    out
 }
 
 pub fn main(args: Args) -> Outcome {
+    if args.tier.is_some() && args.mode == Some(Form::W4a4) {
+        return Err(usage("--tier selects W4A16 cases; --mode w4a4 has none"));
+    }
     let (backend, note) = open_with(args.backend, Overrides::from_env())?;
     if !args.json {
-        errln!("{note}");
+        crate::console::errln!("{note}");
     }
-    let kinds: Vec<ProblemKind> = args.problem.map_or(ProblemKind::ALL.to_vec(), |k| vec![k]);
-    let mut todo: Vec<(ProblemKind, CaseSpec)> = Vec::new();
-    for &kind in &kinds {
-        todo.extend(
-            cases(kind, args.seed)
-                .into_iter()
-                .filter(|c| !args.spec_only || c.label.starts_with("test:"))
-                .map(|c| (kind, c)),
-        );
-    }
+    let todo = todo(&args);
     let mut progress = Progress::new(todo.len(), args.json);
     let mut rows = Vec::with_capacity(todo.len());
-    for (kind, spec) in todo {
-        progress.start(&format!("{kind} {} {}", spec.label, spec.shape));
-        let t0 = Instant::now();
-        let verdict = run_case(backend.as_ref(), &spec);
-        let row = Row { kind, spec, verdict, seconds: t0.elapsed().as_secs_f64() };
+    for case in todo {
+        progress.start(&case.describe());
+        let row = case.run(backend.as_ref());
         if !row.passed() {
-            progress.println(&format!(
-                "FAIL {} {} {}: {}",
-                row.kind,
-                row.spec.label,
-                row.spec.shape,
-                verdict_text(&row)
-            ));
+            progress.println(&format!("FAIL {}: {}", row.describe(), row.verdict_text()));
         }
         rows.push(row);
         progress.step();
@@ -87,72 +141,4 @@ pub fn main(args: Args) -> Outcome {
         print_table(&rows, backend.name());
     }
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
-}
-
-fn verdict_text(row: &Row) -> String {
-    match &row.verdict {
-        Ok(r) => r.to_string(),
-        Err(e) => format!("FAIL: error: {e}"),
-    }
-}
-
-fn print_table(rows: &[Row], backend: &str) {
-    outln!("{:<13} {:<9} {:<40} {:<8} {:<10} {:>8}  verdict", "problem", "case", "shape", "scales", "mode", "seconds");
-    for r in rows {
-        let first_line = verdict_text(r).lines().next().unwrap_or_default().to_string();
-        outln!(
-            "{:<13} {:<9} {:<40} {:<8} {:<10} {:>8.3}  {}",
-            r.kind.name(),
-            r.spec.label,
-            truncate(&r.spec.shape.to_string(), 40),
-            format!("{:?}", r.spec.layout).to_lowercase(),
-            if mode_for(r.kind) == nvfp4::check::Mode::BitExact { "bit-exact" } else { "tolerance" },
-            r.seconds,
-            first_line
-        );
-    }
-    for &kind in &ProblemKind::ALL {
-        let of_kind: Vec<&Row> = rows.iter().filter(|r| r.kind == kind).collect();
-        if !of_kind.is_empty() {
-            let passed = of_kind.iter().filter(|r| r.passed()).count();
-            outln!("{kind}: {passed}/{} cases pass on {backend}", of_kind.len());
-        }
-    }
-    let failed = rows.iter().filter(|r| !r.passed()).count();
-    outln!("{} passed, {failed} failed", rows.len() - failed);
-    outln!("\nWhat this shows: {}", what_check_proves(backend));
-}
-
-fn truncate(s: &str, n: usize) -> String {
-    if s.len() <= n {
-        s.to_string()
-    } else {
-        format!("{}...", &s[..n - 3])
-    }
-}
-
-fn print_json(rows: &[Row], backend: &str) {
-    let items: Vec<serde_json::Value> = rows
-        .iter()
-        .map(|r| {
-            let (failures, max_abs_err) = match &r.verdict {
-                Ok(rep) => (serde_json::json!(rep.failures), serde_json::json!(rep.max_abs_err)),
-                Err(_) => (serde_json::Value::Null, serde_json::Value::Null),
-            };
-            serde_json::json!({
-                "problem": r.kind.name(), "case": r.spec.label, "shape": r.spec.shape.to_string(),
-                "seed": r.spec.seed, "scales": format!("{:?}", r.spec.layout).to_lowercase(),
-                "alpha": r.spec.alpha, "passed": r.passed(), "failures": failures,
-                "max_abs_err": max_abs_err, "seconds": r.seconds, "verdict": verdict_text(r),
-            })
-        })
-        .collect();
-    let failed = rows.iter().filter(|r| !r.passed()).count();
-    outln!(
-        "{}",
-        serde_json::json!({
-            "backend": backend, "passed": rows.len() - failed, "failed": failed,
-            "what_this_shows": what_check_proves(backend), "cases": items,
-        })
-    );
 }

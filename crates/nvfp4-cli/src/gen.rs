@@ -1,11 +1,13 @@
-//! `nvfp4 gen`: draw a seeded problem with the documented distributions and save it.
+//! `nvfp4 gen`: draw a seeded problem with the documented distributions and save it: W4A4
+//! (NVFP4 activations) by default, W4A16 with `--act bf16|f16` (a 16-bit activation tensor from
+//! the exact or the random tier, docs/FORMAT.md §10).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use nvfp4::memory::{checked_sum, ensure_host};
-use nvfp4::problem::{generate, Case, ProblemKind, Shape};
-use nvfp4::ScaleLayout;
+use nvfp4::problem::{check_exact_tier, generate, generate16, generate16_bytes, Case, ProblemKind, Shape, Tier};
+use nvfp4::{OutputDtype, ScaleLayout};
 
 use crate::console::outln;
 use crate::exit::{usage, Outcome};
@@ -31,12 +33,38 @@ pub struct Args {
     /// non-zero value that rounds to 0 in f32.
     #[arg(long, value_parser = parse_alpha, allow_hyphen_values = true)]
     alpha: Option<f32>,
+    /// The activation: nvfp4 (W4A4), or a 16-bit tensor of bf16 or f16 (W4A16; the GEMV's
+    /// vector, every other operation's A).
+    #[arg(long, default_value = "nvfp4", value_parser = parse_act)]
+    act: Act,
+    /// W4A16 data: exact (FP32 sums exact, so results are bit-identical) or random (bell-shaped
+    /// activations, weights quantized with a non-trivial global scale). Default: exact.
+    #[arg(long)]
+    tier: Option<Tier>,
     /// Output safetensors file (written whole, then renamed into place).
     #[arg(short, long)]
     output: PathBuf,
     /// Print a JSON summary instead of text.
     #[arg(long)]
     json: bool,
+}
+
+/// The activation `--act` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Act {
+    /// NVFP4 (W4A4).
+    Nvfp4,
+    /// 16-bit (W4A16).
+    Dense(OutputDtype),
+}
+
+pub fn parse_act(s: &str) -> Result<Act, String> {
+    match s {
+        "nvfp4" => Ok(Act::Nvfp4),
+        "bf16" => Ok(Act::Dense(OutputDtype::Bf16)),
+        "f16" => Ok(Act::Dense(OutputDtype::F16)),
+        _ => Err(format!("unknown activation `{s}` (nvfp4, bf16, f16)")),
+    }
 }
 
 pub fn parse_layout(s: &str) -> Result<ScaleLayout, String> {
@@ -66,21 +94,47 @@ fn shape_of(args: &Args) -> Result<Shape, crate::exit::Failure> {
         (None, None) => return Err(usage("one of --case or --shape is required")),
     };
     nvfp4::io::check_file_form(&shape).map_err(usage)?;
+    match (args.act, args.tier) {
+        (Act::Nvfp4, Some(_)) => return Err(usage("--tier draws W4A16 data: give --act bf16 or --act f16")),
+        (Act::Dense(_), None | Some(Tier::Exact)) => check_exact_tier(&shape).map_err(usage)?,
+        _ => {}
+    }
     Ok(shape)
+}
+
+/// Draws and writes the W4A16 case; returns the tier.
+fn gen16(args: &Args, shape: &Shape, act: OutputDtype) -> Result<Tier, crate::exit::Failure> {
+    let tier = args.tier.unwrap_or(Tier::Exact);
+    // The generator's operands, plus the weights' scales once more while they change layout.
+    let extra = if args.scales == ScaleLayout::Plain { Some(0) } else { shape.scale_bytes(args.scales) };
+    let needed = checked_sum([generate16_bytes(shape, tier), extra]);
+    ensure_host(&format!("generating W4A16 {} {shape} with {:?} scales", args.problem, args.scales), needed)?;
+    let mut p = generate16(shape, act, tier, args.seed)?;
+    p.set_alpha(args.alpha)?;
+    nvfp4::io::save_problem16(&args.output, &p.into_layout(args.scales))?;
+    Ok(tier)
 }
 
 pub fn main(args: Args) -> Outcome {
     let shape = shape_of(&args)?;
     nvfp4::io::check_output(&args.output)?;
-    // The generated operands, plus each operand's scales once more while they change layout.
-    let extra = if args.scales == ScaleLayout::Plain { Some(0) } else { shape.scale_bytes(args.scales) };
-    let needed = checked_sum([shape.input_bytes(ScaleLayout::Plain), extra]);
-    ensure_host(&format!("generating {} {shape} with {:?} scales", args.problem, args.scales), needed)?;
-    let mut p = generate(&shape, args.seed)?;
-    p.set_alpha(args.alpha)?;
-    let p = p.into_layout(args.scales);
-    nvfp4::io::save_problem(&args.output, &p)?;
-    drop(p);
+    let tier = match args.act {
+        Act::Nvfp4 => {
+            // The generated operands, plus each operand's scales once more while they change layout.
+            let extra = if args.scales == ScaleLayout::Plain { Some(0) } else { shape.scale_bytes(args.scales) };
+            let needed = checked_sum([shape.input_bytes(ScaleLayout::Plain), extra]);
+            ensure_host(&format!("generating {} {shape} with {:?} scales", args.problem, args.scales), needed)?;
+            let mut p = generate(&shape, args.seed)?;
+            p.set_alpha(args.alpha)?;
+            nvfp4::io::save_problem(&args.output, &p.into_layout(args.scales))?;
+            None
+        }
+        Act::Dense(act) => Some(gen16(&args, &shape, act)?),
+    };
+    let act = match args.act {
+        Act::Nvfp4 => "nvfp4",
+        Act::Dense(d) => nvfp4::check::w4a16::short(d),
+    };
     // A character device or a FIFO is written in place: its size says nothing.
     let file_bytes = match std::fs::metadata(&args.output) {
         Ok(m) if m.is_file() => Some(m.len()),
@@ -90,6 +144,7 @@ pub fn main(args: Args) -> Outcome {
     if args.json {
         let v = serde_json::json!({
             "problem": args.problem.name(), "shape": shape.to_string(), "seed": args.seed,
+            "activation": act, "tier": tier.map(Tier::name),
             "scales": format!("{:?}", args.scales).to_lowercase(), "alpha": args.alpha,
             "file_bytes": file_bytes, "output": args.output.display().to_string(),
         });
@@ -99,8 +154,9 @@ pub fn main(args: Args) -> Outcome {
             Some(n) => format!("{n} bytes, {:.1} MB", n as f64 / 1e6),
             None => "written in place: not a regular file".into(),
         };
+        let mode = tier.map_or_else(String::new, |t| format!("W4A16 {act}, {t} tier, "));
         outln!(
-            "{} {shape} (seed {}, {:?} scales) -> {} ({size})",
+            "{} {shape} ({mode}seed {}, {:?} scales) -> {} ({size})",
             args.problem,
             args.seed,
             args.scales,

@@ -5,6 +5,7 @@
 
 mod bench;
 mod check;
+mod check_report;
 mod console;
 mod exit;
 mod gen;

@@ -65,6 +65,16 @@ fn the_documented_numbers_are_the_librarys() {
 }
 
 #[test]
+fn the_documented_w4a16_numbers_are_the_librarys() {
+    let format = repo_file("docs/FORMAT.md");
+    let w4a16 = format.split("## 10. W4A16").nth(1).expect("docs/FORMAT.md §10");
+    assert!(w4a16.contains(&format!("K up to {}", nvfp4::problem::EXACT_MAX_K)), "the exact tier's K bound");
+    assert_eq!(nvfp4::check::compare16::BF16_RTOL, 2f64.powi(-7));
+    assert!(w4a16.contains("2^-7 instead of 1e-3 for BF16"), "the bf16 tolerance");
+    assert!(repo_file("README.md").contains("## W4A16"), "README's W4A16 section");
+}
+
+#[test]
 fn readme_json_paragraph_matches_each_subcommand() {
     let readme = repo_file("README.md");
     let para = readme.split("\n\n").find(|p| p.starts_with("`--json`")).expect("README's `--json` paragraph");

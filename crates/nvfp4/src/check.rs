@@ -1,5 +1,11 @@
 //! The SPEC §4 checker: elementwise `|got - ref| <= 1e-3 + 1e-3 * |ref|` with NaN/+inf/-inf parity,
-//! or bit-identical comparison for data whose FP32 sums are exact.
+//! or bit-identical comparison for data whose FP32 sums are exact. The W4A16 cases (SPEC §8) are
+//! in [`w4a16`], with their own reference ([`reference16`]) and comparison of outputs of either
+//! 16-bit type ([`compare16`]).
+
+pub mod compare16;
+pub mod reference16;
+pub mod w4a16;
 
 use std::fmt;
 
@@ -27,35 +33,36 @@ pub enum Mode {
     Tolerance,
 }
 
-/// One failing element.
+/// One failing element, its values as `V` (f16 outputs; f32 for the W4A16 check's outputs of
+/// either 16-bit type, exact in f32).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Mismatch {
+pub struct Mismatch<V = f16> {
     /// Output tensor (group) index.
     pub tensor: usize,
     /// `[l, m, n]` index inside it.
     pub index: [usize; 3],
     /// What the backend produced.
-    pub got: f16,
+    pub got: V,
     /// What the reference produced.
-    pub expected: f16,
+    pub expected: V,
 }
 
-/// Outcome of comparing two outputs.
+/// Outcome of comparing two outputs (values as `V`, as in [`Mismatch`]).
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Report {
+pub struct Report<V = f16> {
     /// Elements compared.
     pub elements: usize,
     /// Elements that failed.
     pub failures: usize,
     /// The first failures, at most [`MAX_REPORTED`].
-    pub mismatches: Vec<Mismatch>,
+    pub mismatches: Vec<Mismatch<V>>,
     /// A structural problem (different tensor count or shapes); fails the whole comparison.
     pub structure: Option<String>,
     /// Largest |got - ref| over finite pairs.
     pub max_abs_err: f64,
 }
 
-impl Report {
+impl<V> Report<V> {
     /// True when nothing failed.
     pub fn passed(&self) -> bool {
         self.failures == 0 && self.structure.is_none()
@@ -145,7 +152,7 @@ pub fn compare_outputs(got: &Output, expected: &Output, mode: Mode) -> Report {
     r
 }
 
-impl fmt::Display for Report {
+impl<V: fmt::Display> fmt::Display for Report<V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(s) = &self.structure {
             return write!(f, "FAIL: {s}");

@@ -18,6 +18,7 @@ use std::path::Path;
 use safetensors::Dtype;
 
 use super::archive::{file_err, tensor_err, Archive, Dim, Entry, Writer, IN_MEMORY};
+use super::case16::refuse_dense_activation;
 use super::names::{check_case_names, group_suffix, Operand, A, ALPHA, B, B1, B2};
 use crate::format::{blocked_dims, Nvfp4Tensor, ScaleLayout};
 use crate::memory::ensure_host;
@@ -29,7 +30,7 @@ use crate::{Error, Result};
 pub const PROBLEM_KEY: &str = "nvfp4_problem";
 
 impl Operand {
-    fn write<'a>(self, w: &mut Writer<'a>, suffix: &str, t: &'a Nvfp4Tensor) -> Result<()> {
+    pub(super) fn write<'a>(self, w: &mut Writer<'a>, suffix: &str, t: &'a Nvfp4Tensor) -> Result<()> {
         let (l, rows, sf_cols) = (t.l(), t.rows(), t.sf_cols());
         w.push(self.values_name(suffix), Entry::new(Dtype::U8, vec![l, rows, t.k() / 2], t.values()))?;
         let (name, shape) = match t.layout() {
@@ -48,7 +49,7 @@ impl Operand {
 
     /// Reads the operand, its values tensor checked against `[l, rows, k2]` (`note` says where
     /// fixed sizes come from), its scales in whichever layout the file has (only one may be present).
-    fn read(self, ar: &Archive, suffix: &str, dims: [Dim; 3], note: &str) -> Result<Nvfp4Tensor> {
+    pub(super) fn read(self, ar: &Archive, suffix: &str, dims: [Dim; 3], note: &str) -> Result<Nvfp4Tensor> {
         let vname = self.values_name(suffix);
         let shape = ar.expect(&vname, Dtype::U8, &dims, note)?;
         let (l, rows, k2) = (shape[0], shape[1], shape[2]);
@@ -99,14 +100,14 @@ impl Operand {
     }
 }
 
-fn write_alpha(w: &mut Writer, suffix: &str, alpha: Option<f32>) -> Result<()> {
+pub(super) fn write_alpha(w: &mut Writer, suffix: &str, alpha: Option<f32>) -> Result<()> {
     match alpha {
         Some(a) => w.push(format!("{ALPHA}{suffix}"), Entry::scalar_f32(a)),
         None => Ok(()),
     }
 }
 
-fn read_alpha(ar: &Archive, suffix: &str) -> Result<Option<f32>> {
+pub(super) fn read_alpha(ar: &Archive, suffix: &str) -> Result<Option<f32>> {
     let name = format!("{ALPHA}{suffix}");
     match ar.scalar_f32(&name)? {
         Some(a) => alpha_rule(a).map(Some).map_err(|e| tensor_err(&name, e)),
@@ -117,7 +118,7 @@ fn read_alpha(ar: &Archive, suffix: &str) -> Result<Option<f32>> {
 /// An operation built from the file's tensors (`place` says which group, or is empty): a
 /// refusal of its scalars together (a factor alpha × global(A) × global(B) that overflows or
 /// rounds to 0) names the file.
-fn in_file<T>(ar: &Archive, place: &str, built: Result<T>) -> Result<T> {
+pub(super) fn in_file<T>(ar: &Archive, place: &str, built: Result<T>) -> Result<T> {
     built.map_err(|e| match e {
         Error::Invalid(msg) => file_err(ar.origin(), format!("{place}{msg}")),
         other => other,
@@ -134,7 +135,7 @@ pub fn check_file_form(shape: &Shape) -> Result<()> {
     }
 }
 
-fn no_moe_file_form() -> Error {
+pub(super) fn no_moe_file_form() -> Error {
     Error::Invalid(
         "the case-file format has no MoE form (grouped GEMM files hold a list of groups, `a_g0`, `b_g0`, ..); \
          give the groups as m1,m2,../n/k instead"
@@ -208,7 +209,8 @@ pub fn stored_problem_kind(path: &Path) -> Result<Option<ProblemKind>> {
     }
 }
 
-fn read_problem(ar: &Archive, kind: ProblemKind) -> Result<Problem> {
+/// Refuses a file whose metadata names another kind than `kind`.
+pub(super) fn check_stored_kind(ar: &Archive, kind: ProblemKind) -> Result<()> {
     if let Some(stored) = ar.metadata().and_then(|m| m.get(PROBLEM_KEY)) {
         if stored != kind.name() {
             return Err(file_err(
@@ -217,6 +219,12 @@ fn read_problem(ar: &Archive, kind: ProblemKind) -> Result<Problem> {
             ));
         }
     }
+    Ok(())
+}
+
+pub(super) fn read_problem(ar: &Archive, kind: ProblemKind) -> Result<Problem> {
+    check_stored_kind(ar, kind)?;
+    refuse_dense_activation(ar, kind)?;
     use Dim::{Any, Is};
     Ok(match kind {
         ProblemKind::Gemv | ProblemKind::Gemm | ProblemKind::DualGemm => {

@@ -1,7 +1,7 @@
 //! What a problem occupies in host memory, computed from its shape with checked arithmetic, so
 //! that generators and runs can refuse a shape before allocating anything for it.
 
-use super::{Problem, Shape};
+use super::{Problem, Problem16, Shape};
 use crate::format::{Nvfp4Tensor, ScaleLayout};
 use crate::memory::{checked_product, checked_sum, ensure_host};
 use crate::ops::{Backend, Gemm};
@@ -71,11 +71,12 @@ pub fn cpu_working_bytes(l: usize, m: usize, n: usize, k: usize, sums: usize) ->
 
 /// Host bytes the CPU backend's MoE GEMM uses beside its `output` bytes: the expert outputs (no
 /// more than the output), and one expert at a time its slices (counted in the larger, blocked,
-/// scale layout) and its GEMM working set. Mirrors `backend/cpu.rs`; `None` on overflow.
-fn moe_cpu_working_bytes(n: usize, k: usize, counts: &[usize], output: u64) -> Option<u64> {
+/// scale layout; a `dense` 16-bit activation slice at 2 bytes an element) and its GEMM working
+/// set. Mirrors `backend/cpu.rs`; `None` on overflow.
+fn moe_cpu_working_bytes(n: usize, k: usize, counts: &[usize], output: u64, dense: bool) -> Option<u64> {
     let expert = |m: usize| {
         checked_sum([
-            Nvfp4Tensor::bytes_for(1, m, k, ScaleLayout::Blocked),
+            if dense { checked_product(&[m, k, 2]) } else { Nvfp4Tensor::bytes_for(1, m, k, ScaleLayout::Blocked) },
             Nvfp4Tensor::bytes_for(1, n, k, ScaleLayout::Blocked),
             cpu_working_bytes(1, m, n, k, 1),
         ])
@@ -117,27 +118,12 @@ impl Problem {
     /// returns, and for the CPU backend its f64 sums and decoded operands too. `None` when the
     /// count does not fit in 64 bits.
     pub fn run_host_bytes(&self, backend: &dyn Backend) -> Option<u64> {
-        let shape = self.shape();
         // A MoE problem's shape counts its routed rows only; its output has all T.
         let output = match self {
             Problem::Moe(p) => f16_bytes([1, p.tokens(), p.b.rows()])?,
-            _ => shape.output_bytes()?,
+            _ => self.shape().output_bytes()?,
         };
-        if backend.name() != crate::CpuBackend.name() {
-            return Some(output);
-        }
-        let working = match shape {
-            Shape::Gemv { m, k, l } => cpu_working_bytes(l, m, 1, k, 1),
-            Shape::Gemm { m, n, k, l } => cpu_working_bytes(l, m, n, k, 1),
-            Shape::DualGemm { m, n, k, l } => cpu_working_bytes(l, m, n, k, 2),
-            // Groups run one after the other: the largest group's working set at once.
-            Shape::GroupedGemm { groups } => groups
-                .iter()
-                .map(|&(m, n, k)| cpu_working_bytes(1, m, n, k, 1))
-                .try_fold(0u64, |acc, w| Some(acc.max(w?))),
-            Shape::Moe { n, k, ref counts } => moe_cpu_working_bytes(n, k, counts, output),
-        };
-        output.checked_add(working?)
+        run_bytes(&self.shape(), output, backend, false)
     }
 
     /// Refuses to run on `backend` when the host cannot hold what the run allocates.
@@ -145,4 +131,35 @@ impl Problem {
         let what = format!("running {} {} on the {} backend", self.kind(), self.shape(), backend.name());
         ensure_host(&what, self.run_host_bytes(backend))
     }
+}
+
+impl Problem16 {
+    /// Host bytes that running this problem on `backend` allocates, as for
+    /// [`Problem::run_host_bytes`] (a 16-bit output of either type is as large as an f16 one).
+    pub fn run_host_bytes(&self, backend: &dyn Backend) -> Option<u64> {
+        let output = match self {
+            Problem16::Moe(p) => f16_bytes([1, p.tokens(), p.b.rows()])?,
+            _ => self.shape().output_bytes()?,
+        };
+        run_bytes(&self.shape(), output, backend, true)
+    }
+}
+
+/// Host bytes a run of a `shape` problem allocates on `backend`: its `output` bytes, and on the
+/// CPU backend the working set too (`dense`: the activation is 16-bit).
+fn run_bytes(shape: &Shape, output: u64, backend: &dyn Backend, dense: bool) -> Option<u64> {
+    if backend.name() != crate::CpuBackend.name() {
+        return Some(output);
+    }
+    let working = match *shape {
+        Shape::Gemv { m, k, l } => cpu_working_bytes(l, m, 1, k, 1),
+        Shape::Gemm { m, n, k, l } => cpu_working_bytes(l, m, n, k, 1),
+        Shape::DualGemm { m, n, k, l } => cpu_working_bytes(l, m, n, k, 2),
+        // Groups run one after the other: the largest group's working set at once.
+        Shape::GroupedGemm { ref groups } => {
+            groups.iter().map(|&(m, n, k)| cpu_working_bytes(1, m, n, k, 1)).try_fold(0u64, |acc, w| Some(acc.max(w?)))
+        }
+        Shape::Moe { n, k, ref counts } => moe_cpu_working_bytes(n, k, counts, output, dense),
+    };
+    output.checked_add(working?)
 }

@@ -10,7 +10,7 @@ use crate::{Error, Result};
 
 /// How one operand's bytes and scales are drawn.
 #[derive(Clone, Copy)]
-enum Dist {
+pub(super) enum Dist {
     /// Byte uniform in 0..=3; scale value uniform in {0, 1, 2}.
     Gemv,
     /// Byte uniform in 0..=255; scale value uniform in {0, 1, 2, 3}.
@@ -22,7 +22,7 @@ enum Dist {
 }
 
 impl Dist {
-    fn of(kind: ProblemKind) -> Self {
+    pub(super) fn of(kind: ProblemKind) -> Self {
         match kind {
             ProblemKind::Gemv => Dist::Gemv,
             ProblemKind::Gemm => Dist::Gemm,
@@ -48,7 +48,7 @@ impl Dist {
         }
     }
 
-    fn tensor(self, rng: &mut Rng, l: usize, rows: usize, k: usize) -> Result<Nvfp4Tensor> {
+    pub(super) fn tensor(self, rng: &mut Rng, l: usize, rows: usize, k: usize) -> Result<Nvfp4Tensor> {
         let values = (0..l * rows * k / 2).map(|_| self.byte(rng)).collect();
         let scales = (0..l * rows * k / 16).map(|_| self.scale(rng)).collect();
         Nvfp4Tensor::new(l, rows, k, values, scales, ScaleLayout::Plain)
@@ -96,15 +96,19 @@ pub fn generate(shape: &Shape, seed: u64) -> Result<Problem> {
             let t = counts.iter().sum();
             let a = d.tensor(&mut rng, 1, t, k)?;
             let b = d.tensor(&mut rng, counts.len(), n, k)?;
-            // validate() bounds T by i32::MAX, so every running sum converts.
-            let offsets = counts
-                .iter()
-                .scan(0usize, |end, &c| {
-                    *end += c;
-                    Some(i32::try_from(*end).map_err(|_| Error::Shape(format!("moe gemm: T above {}", i32::MAX))))
-                })
-                .collect::<Result<_>>()?;
-            Problem::Moe(MoeGemm::new(a, b, offsets, None)?)
+            Problem::Moe(MoeGemm::new(a, b, moe_offsets(counts)?, None)?)
         }
     })
+}
+
+/// The MoE offsets of `counts` tokens per expert: the running sums (end rows). A shape's
+/// `validate()` bounds T by `i32::MAX`, so every sum converts for a valid shape.
+pub(super) fn moe_offsets(counts: &[usize]) -> Result<Vec<i32>> {
+    counts
+        .iter()
+        .scan(0usize, |end, &c| {
+            *end = end.saturating_add(c);
+            Some(i32::try_from(*end).map_err(|_| Error::Shape(format!("moe gemm: T above {}", i32::MAX))))
+        })
+        .collect()
 }

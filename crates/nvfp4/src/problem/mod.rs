@@ -1,19 +1,25 @@
 //! Problem descriptions: the four operation kinds, their shapes, the SPEC catalogue of test and
-//! benchmark shapes, and the seeded generators with the SPEC value distributions.
+//! benchmark shapes, and the seeded generators with the SPEC value distributions; W4A16 problems
+//! (SPEC §8: 16-bit activations, NVFP4 weights) and their two generator tiers.
 
 mod catalogue;
 mod extra;
 mod footprint;
 mod generate;
+mod generate16;
 mod instance;
+mod nan_mark;
 mod rng;
+mod w4a16;
 
 pub use catalogue::{bench_shapes, large_shapes, test_shapes, Case};
 pub use extra::extra_shapes;
 pub use footprint::cpu_working_bytes;
 pub use generate::generate;
+pub use generate16::{check_exact_tier, generate16, generate16_bytes, Tier, EXACT_MAX_K};
 pub use instance::{Output, Problem};
 pub use rng::Rng;
+pub use w4a16::Problem16;
 
 use std::fmt;
 use std::str::FromStr;
