@@ -67,7 +67,9 @@ def _w4a4_gemm(ops, ws, q, sq):
 def _nvfp4_w4a4(ops, i):
     ws, x = ops.sets[i], ops.x
     if ops.case.op == "linear":
-        lin = nvt.Linear(ws.values, ws.scales, ws.glob, input_scale=ops.x_global, out_dtype=ops.dtype).to(x.device)
+        lin = nvt.Linear(
+            ws.values, ws.scales, ws.glob, input_scale=ops.x_global, out_dtype=ops.dtype, mode="w4a4"
+        ).to(x.device)
         return lambda: lin(x)
 
     def call():
