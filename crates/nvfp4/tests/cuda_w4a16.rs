@@ -309,7 +309,8 @@ fn every_variant_and_schedule_is_bit_identical() {
     let schedules = ["m256n64s3", "m128n128sk", "m256n64c2", "m256n32c2sk", "m128n128s2d", "m256n16s4d"];
     let cases: Vec<(Op, &Shape, Vec<&str>)> = vec![
         (Op::Gemm, &gemm, tiles.iter().chain(&schedules).copied().collect()),
-        (Op::Dual, &dual, tiles.iter().copied().chain(["m256n64s3", "m128n128sk", "m256n64c2"]).collect()),
+        // The dual GEMM has no W4A16 m128n256 (W16_SKIPPED).
+        (Op::Dual, &dual, tiles[..5].iter().copied().chain(["m256n64s3", "m128n128sk", "m256n64c2"]).collect()),
         (Op::Grouped, &list, tiles.to_vec()),
         (Op::Grouped, &moe, tiles.to_vec()),
     ];

@@ -118,10 +118,14 @@ NVFP4_DEVICE void run(const typename S::Params& p) {
   }
 
 // The W4A16 kernels (SPEC §8): OP_w4a16{bf16,f16}_sm90_ws_m{BM}n{BN}, X the activation tensor of
-// type ACT (bf16 or f16) as the user gave it, W the NVFP4 weight.
+// type ACT (bf16 or f16) as the user gave it, W the NVFP4 weight. A variant listed in
+// W16_SKIP_OP (generated.cuh) is not instantiated: its symbol traps, and no plan launches it.
 #define NVFP4_SM90_KERNEL16(OP, ACT, PARTS, SCHED, EPI, BM, BN)                                     \
   extern "C" __global__ void __launch_bounds__(sm90::THREADS, 1)                                   \
       OP##_w4a16##ACT##_sm90_ws_m##BM##n##BN(const __grid_constant__ SCHED::Params p) {             \
     static_assert(BM % 128 == 0, "two consumer warpgroups of 64-row tiles");                      \
-    sm90::run<sm90::Cfg<PARTS, BM / 128, BN, sm90::ACT_##ACT>, SCHED, EPI>(p);                     \
+    if constexpr (sm90::W16_SKIP_##OP<BM, BN>)                                                     \
+      __trap();                                                                                    \
+    else                                                                                           \
+      sm90::run<sm90::Cfg<PARTS, BM / 128, BN, sm90::ACT_##ACT>, SCHED, EPI>(p);                   \
   }

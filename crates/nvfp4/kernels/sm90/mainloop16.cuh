@@ -21,9 +21,9 @@ NVFP4_DEVICE void mainloop16(Consumer<C>& cs, const Sm90MainloopArgs& pr, i32 cl
   constexpr bool BF16 = C::ACT == ACT_bf16;
   using Pairs = typename w16::PairsOf<BF16>::T;
   // NOTE: a fresh read of the thread index with 128 accumulators, as in Consumer::mainloop.
-  const int ct = C::WM * Cs::NACC >= 128 ? (int)ptx::tid_x_here() - 128 : Cs::ctid(), lane = ct % 32, t = lane % 4;
+  const int ct = C::WM * Cs::NACC >= 128 ? (int)ptx::tid_x_here() - 128 : Cs::ctid(), lane = ct % 32;
   const int r0 = Cs::out_row_of(ct, 0, 0);
-  const u32 sel = w16::quad_sel(t);
+  const u32 sel = w16::quad_sel(lane % 4);
   // Chunk c of a raw W row sits at chunk c ^ (r % 8) (128-byte swizzle), r % 8 = lane / 4 for
   // every fragment row of this thread.
   const u32 swz = (u32)(lane / 4);
@@ -66,35 +66,47 @@ NVFP4_DEVICE void mainloop16(Consumer<C>& cs, const Sm90MainloopArgs& pr, i32 cl
     // Blocks past K: scale 0 (the blocked layout's padding may be NaN). K % 32 == 0, so a
     // sub-stage has 4 blocks in K or, the last one, 2.
     const u32 in_k = sf_cols - 4 * kk >= 4 ? 0xFFFFFFFFu : 0x0000FFFFu;
-    u32 raw[C::WM][2][2];  // the row's bytes: chunk J's byte t of each word (steps 2J, 2J + 1)
-    u32 s2[C::WM][2][2];   // its 4 scales as two pairs of X's type (blocks 2i, 2i + 1)
+    // The row's bytes of chunk J (byte t of each word: steps 2J, 2J + 1), loaded for chunk 0
+    // here and for chunk 1 during step 1 (fewer registers live than both up front), and its 4
+    // scale bytes (blocks past K zeroed).
+    u32 raw[C::WM][2];
+    u32 sc[C::WM][2];
+    const auto load_chunk = [&](u32 c) {
+#pragma unroll
+      for (int mt = 0; mt < C::WM; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) raw[mt][h] = w16::quad_bytes(ptx::lds_v4(wa + Cs::row_step(mt, h) * ROW_BYTES + c), sel);
+    };
+    load_chunk(c0);
 #pragma unroll
     for (int mt = 0; mt < C::WM; ++mt)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const u32 row = wa + Cs::row_step(mt, h) * ROW_BYTES;
-        raw[mt][h][0] = w16::quad_bytes(ptx::lds_v4(row + c0), sel);
-        raw[mt][h][1] = w16::quad_bytes(ptx::lds_v4(row + (c0 ^ 16)), sel);
-        const u32 sc = ptx::lds_u32(sa + mt * sc_mt + h * sc_h) & in_k;
-        s2[mt][h][0] = w16::scale_pair<BF16>(sc, 0);
-        s2[mt][h][1] = w16::scale_pair<BF16>(sc, 1);
-      }
-    // NOTE: arrivals are predicated, never branched around (see Consumer::mainloop).
-    ptx::mbar_arrive_if(sm.empty_w(rs), raw_closes(un, kk));
+      for (int h = 0; h < 2; ++h) sc[mt][h] = ptx::lds_u32(sa + mt * sc_mt + h * sc_h) & in_k;
     const u32 xs = g % C::X_STAGES;
     ptx::mbar_wait(sm.full_x(xs), (g / C::X_STAGES) & 1);
     const u64 desc = ptx::wgmma_desc_k128b(sm.x(xs));
 
     // Fragment regs [mt][reg] = (row g, pair 0), (row g+8, pair 0), (row g, pair 1), (row g+8,
-    // pair 1); chunk J of a row feeds steps 2J and 2J + 1, bytes 2 (j % 2) and 2 (j % 2) + 1.
+    // pair 1); chunk J of a row feeds steps 2J and 2J + 1, bytes 2 (j % 2) and 2 (j % 2) + 1,
+    // with the scales of blocks 2J, 2J + 1 (converted per chunk, also for fewer live registers).
     Pairs dec[C::WM][2];
+    u32 s2[C::WM][2];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       if (j % 2 == 0) {
 #pragma unroll
         for (int mt = 0; mt < C::WM; ++mt)
 #pragma unroll
-          for (int h = 0; h < 2; ++h) dec[mt][h] = Pairs::of(raw[mt][h][j / 2]);
+          for (int h = 0; h < 2; ++h) {
+            dec[mt][h] = Pairs::of(raw[mt][h]);
+            s2[mt][h] = w16::scale_pair<BF16>(sc[mt][h], j / 2);
+          }
+      }
+      if (j == 1) {
+        load_chunk(c0 ^ 16);
+        // The raw stage's last reads of this thread: it goes back to the W producer.
+        // NOTE: arrivals are predicated, never branched around (see Consumer::mainloop).
+        ptx::mbar_arrive_if(sm.empty_w(rs), raw_closes(un, kk));
       }
       ptx::wgmma_wait<NBUF - 1>();
       if (j == NBUF - 1) Cs::release_x(sm, cluster, prev_xs, has_prev);
@@ -104,7 +116,7 @@ NVFP4_DEVICE void mainloop16(Consumer<C>& cs, const Sm90MainloopArgs& pr, i32 cl
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int b = 2 * (j % 2);
-          const u32 s = s2[mt][h][j / 2];
+          const u32 s = s2[mt][h];
           f[mt][h] = w16::scaled<BF16>(dec[mt][h].pair(b), s, j % 2);
           f[mt][2 + h] = w16::scaled<BF16>(dec[mt][h].pair(b + 1), s, j % 2);
         }

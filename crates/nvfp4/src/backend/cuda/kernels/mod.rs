@@ -227,6 +227,8 @@ mod tests {
             "namespace quant {\nconstexpr int THREADS = 256;",
             "i32 reverse;",
             "\n#define NVFP4_SM90_VARIANTS(X) X(256, 16) X(256, 32) X(256, 64) X(256, 128) X(128, 128) X(128, 256)\n",
+            "template <int BM, int BN>\nconstexpr bool W16_SKIP_dual_gemm = false || (BM == 128 && BN == 256);\n",
+            "template <int BM, int BN>\nconstexpr bool W16_SKIP_gemm = false;\n",
         ] {
             assert!(h.contains(needle), "missing `{needle}` in:\n{h}");
         }

@@ -112,6 +112,12 @@ impl Op {
     }
 }
 
+/// The W4A16 kernels that are not instantiated (their symbols exist and trap; no plan picks
+/// them): the dual GEMM's m128n256. NOTE: its 128 accumulators per thread and the W4A16 decode
+/// left the W tile index, needed once per unit for the blocked scales' row group, spilled (8 B of
+/// local memory per thread, once per unit) in every ordering tried.
+pub const W16_SKIPPED: [(Op, Variant); 1] = [(Op::Dual, Variant { bm: 128, bn: 256 })];
+
 /// One compiled tile shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Variant {
@@ -193,6 +199,11 @@ impl Variant {
         // the two barriers of the cluster sum of K pieces.
         let bar_bytes = (2 * raw_stages + 2 * x_stages) * 8 + 32;
         Layout { raw_stages, x_stages, sw_bytes, raw_off, bar_off, smem_bytes: 1024 + bar_off + bar_bytes }
+    }
+
+    /// Whether `op` has a kernel of this variant for X of kind `x` (every W4A4 one does).
+    pub fn instantiated(self, op: Op, x: XKind) -> bool {
+        x == XKind::Nvfp4 || !W16_SKIPPED.contains(&(op, self))
     }
 
     /// Kernel symbol of this variant of `op` (W4A4).
@@ -506,6 +517,16 @@ pub fn cuda_sizes() -> String {
                 l.smem_bytes
             );
         }
+    }
+    s += "\n// The W4A16 kernels that trap instead of running (backend/cuda/kernels/sm90.rs, W16_SKIPPED).\n";
+    for op in [Op::Gemm, Op::Dual, Op::Grouped] {
+        let mut cond = String::from("false");
+        for (o, v) in W16_SKIPPED {
+            if o == op {
+                let _ = write!(cond, " || (BM == {} && BN == {})", v.bm, v.bn);
+            }
+        }
+        let _ = writeln!(s, "template <int BM, int BN>\nconstexpr bool W16_SKIP_{} = {cond};", op.name());
     }
     s += "}  // namespace sm90\n\n";
     s += "// The tile variants in symbol order (backend/cuda/kernels/sm90.rs, VARIANTS): each skeleton module\n\

@@ -350,8 +350,9 @@ pub fn plan_for(
     let (w_rows, x_rows) = if swapped { (n, m) } else { (m, n) };
     let k_iters = k.div_ceil(BK);
     let mut best: Option<Sm90Plan> = None;
+    // A forced variant without a kernel for this X (Variant::instantiated) is not forced.
     let (only, forced_cluster, forced_schedule) = match forced {
-        Some(Forced::Config(v, c, s)) => (Some(v), c, s),
+        Some(Forced::Config(v, c, s)) if v.instantiated(op, x) => (Some(v), c, s),
         _ => (None, None, None),
     };
     let mut consider = |c: Sm90Plan| {
@@ -362,7 +363,7 @@ pub fn plan_for(
     for v in VARIANTS {
         // Skip X tiles much wider than the X operand (a smaller variant covers it).
         let too_wide = v.bn > 16 && v.bn / 2 >= x_rows.next_multiple_of(16);
-        if only.map_or(too_wide, |o| o != v) {
+        if only.map_or(too_wide, |o| o != v) || !v.instantiated(op, x) {
             continue;
         }
         for cluster in [1, 2] {
@@ -625,6 +626,11 @@ mod tests {
                     assert!(c.to_string().contains("X = the 16-bit A") || op == Op::Dual, "{c}");
                 }
             }
+            // The dual GEMM's m128n256 has no W4A16 kernel: forcing it forces nothing.
+            let skipped = Variant { bm: 128, bn: 256 };
+            let forced = Some(Forced::Config(skipped, None, None));
+            assert_ne!(plan_for(Op::Dual, x, (4096, 1024, 512, 1), 132, forced).variant, skipped);
+            assert_eq!(plan_for(Op::Gemm, x, (4096, 1024, 512, 1), 132, forced).variant, skipped);
             // No decoded copy of X to index: a large M is taken (the W4A4 path's f16 copy of
             // 2^18 x 8192 elements would not fit 32-bit offsets).
             assert!(rejects(Op::Gemm, (1 << 18, 1024, 8192, 1), None).is_some());

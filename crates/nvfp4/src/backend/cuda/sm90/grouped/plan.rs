@@ -123,7 +123,10 @@ pub fn grouped_plan_for(shape: &GroupedShape, x: XKind, sms: usize, forced: Opti
         GroupedShape::Moe { .. } => Vec::new(),
     };
     let mut best: Option<(GroupedPlan, f64)> = None;
-    for v in VARIANTS.into_iter().filter(|v| only.is_none_or(|o| o == *v) && (only.is_some() || CHOSEN.contains(v))) {
+    let only = only.filter(|v| v.instantiated(Op::Grouped, x));
+    for v in VARIANTS.into_iter().filter(|v| {
+        only.is_none_or(|o| o == *v) && (only.is_some() || CHOSEN.contains(v)) && v.instantiated(Op::Grouped, x)
+    }) {
         // (W tiles, X tiles, k-steps) per group; a MoE launch's experts as if their tokens were
         // spread evenly, each ending on a part tile.
         let tiles: Vec<(usize, usize, usize)> = match shape {
