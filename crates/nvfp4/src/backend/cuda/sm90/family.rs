@@ -135,8 +135,9 @@ mod tests {
     /// other family has W4A16 kernels.
     #[test]
     fn w4a16_routes_to_the_w4a16_kernels() {
+        // (One activation row goes to the W4A16 GEMV family, asked before the skeleton.)
         let cases = [
-            (Shape::Gemm { m: 1, n: 8192, k: 8192, l: 1 }, "sm90", "gemm"),
+            (Shape::Gemm { m: 2, n: 8192, k: 8192, l: 1 }, "sm90", "gemm"),
             (Shape::Gemm { m: 4096, n: 1024, k: 8192, l: 1 }, "sm90", "gemm"),
             (Shape::Gemm { m: 7, n: 300, k: 96, l: 3 }, "sm90", "gemm"),
             (Shape::DualGemm { m: 256, n: 4096, k: 7168, l: 1 }, "sm90", "dual_gemm"),
@@ -155,6 +156,8 @@ mod tests {
                 }
             }
         }
+        let one = Shape::Gemm { m: 1, n: 8192, k: 8192, l: 1 }.op_meta_in(ScaleLayout::Plain, Some(OutputDtype::Bf16));
+        assert_eq!(route(&one, &Modeled::HOPPER, &Overrides::NONE).unwrap().family(), "gemv16");
         let k48 = Shape::Gemm { m: 8, n: 64, k: 48, l: 1 }.op_meta_in(ScaleLayout::Plain, Some(OutputDtype::Bf16));
         let e = route(&k48, &Modeled::HOPPER, &Overrides::NONE).err().expect("refused");
         assert!(e.to_string().contains("K = 48"), "{e}");
