@@ -89,7 +89,7 @@ fn w4a16_f16x8(w: u32, s2: u32) -> [u32; 4] {
 
 /// `mul.rn.bf16x2`: the product of two bf16 values is exact in f64; one rounding, subnormal
 /// inputs kept.
-fn mul_bf16x2(a: u32, b: u32) -> u32 {
+fn hmul2_bf16(a: u32, b: u32) -> u32 {
     let f = |x: u32| halves(x).map(|h| bf16::from_bits(h).to_f64());
     let ([a0, a1], [b0, b1]) = (f(a), f(b));
     pack(bf16::from_f64(a0 * b0).to_bits(), bf16::from_f64(a1 * b1).to_bits())
@@ -99,17 +99,17 @@ fn mul_bf16x2(a: u32, b: u32) -> u32 {
 fn bf16_scale(two_bytes: u32, block: u32) -> u32 {
     let v = |b: u32| bf16::from_f32(e4m3_to_f32(b as u8)).to_bits();
     let s01 = pack(v(two_bytes & 0xFF), v(two_bytes >> 8 & 0xFF));
-    mul_bf16x2(prmt(s01, s01, if block != 0 { 0x3232 } else { 0x1010 }), header_const("BF16X2_2POW119"))
+    hmul2_bf16(prmt(s01, s01, if block != 0 { 0x3232 } else { 0x1010 }), header_const("BF16X2_2POW119"))
 }
 
 /// nvfp4.cuh `w4a16_bf16x8`.
 fn w4a16_bf16x8(w: u32, s2: u32) -> [u32; 4] {
     let (mag, sign) = (0x01C0_01C0, 0x8000_8000);
     [
-        mul_bf16x2((w << 6) & mag | (w << 12) & sign, s2),
-        mul_bf16x2((w << 2) & mag | (w << 8) & sign, s2),
-        mul_bf16x2((w >> 2) & mag | (w << 4) & sign, s2),
-        mul_bf16x2((w >> 6) & mag | w & sign, s2),
+        hmul2_bf16((w << 6) & mag | (w << 12) & sign, s2),
+        hmul2_bf16((w << 2) & mag | (w << 8) & sign, s2),
+        hmul2_bf16((w >> 2) & mag | (w << 4) & sign, s2),
+        hmul2_bf16((w >> 6) & mag | w & sign, s2),
     ]
 }
 
@@ -159,8 +159,8 @@ fn the_tables_are_the_kernels() {
         "out[0] = ptx::hmul2(ptx::prmt(even, 0u, 0x2404u), s2);",
         "out[3] = ptx::hmul2(ptx::prmt(odd, 0u, 0x3414u), s2);",
         "constexpr u32 MAG = 0x01C001C0u, SIGN = 0x80008000u;",
-        "out[0] = ptx::mul_bf16x2(ptx::lop3_and_or(w << 6, MAG, (w << 12) & SIGN), s2);",
-        "out[3] = ptx::mul_bf16x2(ptx::lop3_and_or(w >> 6, MAG, w & SIGN), s2);",
+        "out[0] = ptx::hmul2_bf16(ptx::lop3_and_or(w << 6, MAG, (w << 12) & SIGN), s2);",
+        "out[3] = ptx::hmul2_bf16(ptx::lop3_and_or(w >> 6, MAG, w & SIGN), s2);",
         "const u32 te = w << 1;",
     ] {
         assert!(HEADER.contains(line), "nvfp4.cuh no longer has `{line}`: update this model");
