@@ -21,7 +21,7 @@ use std::sync::OnceLock;
 pub use module::KernelModule;
 
 /// Every kernel module of the library.
-pub static MODULES: [&KernelModule; 13] = [
+pub static MODULES: [&KernelModule; 16] = [
     &gemv::GEMV,
     &gemv16::GEMV16,
     &fallback::FALLBACK,
@@ -30,9 +30,12 @@ pub static MODULES: [&KernelModule; 13] = [
     &sm90::GEMM_SM90,
     &sm90::DUAL_SM90,
     &sm90::GROUPED_SM90,
-    &sm90::GEMM16_SM90,
-    &sm90::DUAL16_SM90,
-    &sm90::GROUPED16_SM90,
+    &sm90::GEMM16_BF16_SM90,
+    &sm90::GEMM16_F16_SM90,
+    &sm90::DUAL16_BF16_SM90,
+    &sm90::DUAL16_F16_SM90,
+    &sm90::GROUPED16_BF16_SM90,
+    &sm90::GROUPED16_F16_SM90,
     &quantize::QUANTIZE,
     &floors::FLOORS,
 ];
@@ -57,8 +60,15 @@ pub static PDL_READY: &[&str] = &[
 /// writes its output and split-K workspace only after the wait, kernels/gemv16.cu likewise its
 /// activation; kernels/gemm_small.cu waits first; the W4A16 GEMM and dual GEMM read only the
 /// weights before the wait (their X producer's).
-pub static PDL_READY_MODULES: &[&KernelModule] =
-    &[&gemv::GEMV, &gemv16::GEMV16, &small::SMALL, &sm90::GEMM16_SM90, &sm90::DUAL16_SM90];
+pub static PDL_READY_MODULES: &[&KernelModule] = &[
+    &gemv::GEMV,
+    &gemv16::GEMV16,
+    &small::SMALL,
+    &sm90::GEMM16_BF16_SM90,
+    &sm90::GEMM16_F16_SM90,
+    &sm90::DUAL16_BF16_SM90,
+    &sm90::DUAL16_F16_SM90,
+];
 
 /// True when `symbol`'s kernel may be launched as a programmatic dependent (see [`PDL_READY`]).
 pub fn pdl_ready(symbol: &str) -> bool {
@@ -66,7 +76,7 @@ pub fn pdl_ready(symbol: &str) -> bool {
 }
 
 /// The handwritten headers, `#include`d by these names (NVRTC has no include path).
-const STATIC_HEADERS: [(&str, &str); 17] = [
+const STATIC_HEADERS: [(&str, &str); 18] = [
     ("ptx.cuh", include_str!("../../../../kernels/ptx.cuh")),
     ("nvfp4.cuh", include_str!("../../../../kernels/nvfp4.cuh")),
     ("output.cuh", include_str!("../../../../kernels/output.cuh")),
@@ -84,6 +94,7 @@ const STATIC_HEADERS: [(&str, &str); 17] = [
     ("sm90/decode_x.cuh", include_str!("../../../../kernels/sm90/decode_x.cuh")),
     ("sm90/prefetch_w.cuh", include_str!("../../../../kernels/sm90/prefetch_w.cuh")),
     ("sm90/grouped.cuh", include_str!("../../../../kernels/sm90/grouped.cuh")),
+    ("sm90/grouped_table.cuh", include_str!("../../../../kernels/sm90/grouped_table.cuh")),
 ];
 
 /// Name of the generated header.
@@ -183,11 +194,12 @@ mod tests {
         }
         assert!(!stamped(sm90::GEMM_SM90.source, "dual_gemm_nvfp4_sm90_ws_m256n16"));
         assert!(!stamped(sm90::GEMM_SM90.source, "gemm_nvfp4_sm90_ws_m64n16"));
-        assert!(stamped(sm90::GEMM16_SM90.source, "gemm_w4a16bf16_sm90_ws_m256n16"));
-        assert!(stamped(sm90::GEMM16_SM90.source, "gemm_w4a16f16_sm90_ws_m128n256"));
-        assert!(!stamped(sm90::GEMM16_SM90.source, "gemm_nvfp4_sm90_ws_m256n16"));
-        assert!(!stamped(sm90::GEMM16_SM90.source, "gemm_w4a16fp8_sm90_ws_m256n16"));
-        assert!(!stamped(sm90::DUAL16_SM90.source, "gemm_w4a16bf16_sm90_ws_m256n16"));
+        assert!(stamped(sm90::GEMM16_BF16_SM90.source, "gemm_w4a16bf16_sm90_ws_m256n16"));
+        assert!(stamped(sm90::GEMM16_F16_SM90.source, "gemm_w4a16f16_sm90_ws_m128n256"));
+        assert!(!stamped(sm90::GEMM16_F16_SM90.source, "gemm_w4a16bf16_sm90_ws_m128n256"));
+        assert!(!stamped(sm90::GEMM16_BF16_SM90.source, "gemm_nvfp4_sm90_ws_m256n16"));
+        assert!(!stamped(sm90::GEMM16_BF16_SM90.source, "gemm_w4a16fp8_sm90_ws_m256n16"));
+        assert!(!stamped(sm90::DUAL16_BF16_SM90.source, "gemm_w4a16bf16_sm90_ws_m256n16"));
     }
 
     #[test]

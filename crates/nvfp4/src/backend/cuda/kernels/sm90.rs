@@ -101,13 +101,18 @@ pub enum XKind {
 }
 
 impl Op {
-    /// The module of its kernels for X of kind `x`.
+    /// The module of its kernels for X of kind `x` (W4A16: one per activation type, so that a
+    /// call compiles only its type's kernels).
     pub fn module_for(self, x: XKind) -> &'static KernelModule {
+        use OutputDtype::{Bf16, F16};
         match (self, x) {
             (_, XKind::Nvfp4) => self.module(),
-            (Op::Gemm, XKind::Dense(_)) => &GEMM16_SM90,
-            (Op::Dual, XKind::Dense(_)) => &DUAL16_SM90,
-            (Op::Grouped, XKind::Dense(_)) => &GROUPED16_SM90,
+            (Op::Gemm, XKind::Dense(Bf16)) => &GEMM16_BF16_SM90,
+            (Op::Gemm, XKind::Dense(F16)) => &GEMM16_F16_SM90,
+            (Op::Dual, XKind::Dense(Bf16)) => &DUAL16_BF16_SM90,
+            (Op::Dual, XKind::Dense(F16)) => &DUAL16_F16_SM90,
+            (Op::Grouped, XKind::Dense(Bf16)) => &GROUPED16_BF16_SM90,
+            (Op::Grouped, XKind::Dense(F16)) => &GROUPED16_F16_SM90,
         }
     }
 }
@@ -129,8 +134,8 @@ pub struct Variant {
 }
 
 /// Writes the variant list once: `VARIANTS`, and each skeleton module's kernel symbols
-/// `OP_nvfp4_sm90_ws_m{BM}n{BN}` (W4A4) and `OP_w4a16{bf16,f16}_sm90_ws_m{BM}n{BN}` (W4A16, the
-/// bf16 variants first) in the same order (the CUDA side stamps its kernels out of the same list:
+/// `OP_nvfp4_sm90_ws_m{BM}n{BN}` (W4A4) and `OP_w4a16{bf16,f16}_sm90_ws_m{BM}n{BN}` (W4A16, one
+/// module per activation type) in the same order (the CUDA side stamps its kernels out of the same list:
 /// `NVFP4_SM90_VARIANTS` in generated.cuh, written from `VARIANTS` by [`cuda_sizes`]).
 macro_rules! variants {
     ($(($bm:literal, $bn:literal)),+ $(,)?) => {
@@ -141,20 +146,16 @@ macro_rules! variants {
         /// The grouped module also holds its pre-pass, after the variants.
         const GROUPED_SYMBOLS: [&str; VARIANTS.len() + 1] =
             [$(concat!("grouped_gemm_nvfp4_sm90_ws_m", $bm, "n", $bn),)+ PREPARE_SYMBOL];
-        const GEMM16_SYMBOLS: [&str; 2 * VARIANTS.len()] = [
-            $(concat!("gemm_w4a16bf16_sm90_ws_m", $bm, "n", $bn),)+
-            $(concat!("gemm_w4a16f16_sm90_ws_m", $bm, "n", $bn),)+
-        ];
-        const DUAL16_SYMBOLS: [&str; 2 * VARIANTS.len()] = [
-            $(concat!("dual_gemm_w4a16bf16_sm90_ws_m", $bm, "n", $bn),)+
-            $(concat!("dual_gemm_w4a16f16_sm90_ws_m", $bm, "n", $bn),)+
-        ];
-        /// The W4A16 grouped module also holds its table builder, after the variants.
-        const GROUPED16_SYMBOLS: [&str; 2 * VARIANTS.len() + 1] = [
-            $(concat!("grouped_gemm_w4a16bf16_sm90_ws_m", $bm, "n", $bn),)+
-            $(concat!("grouped_gemm_w4a16f16_sm90_ws_m", $bm, "n", $bn),)+
-            TABLE_SYMBOL,
-        ];
+        const GEMM16_BF16_SYMBOLS: [&str; VARIANTS.len()] = [$(concat!("gemm_w4a16bf16_sm90_ws_m", $bm, "n", $bn)),+];
+        const GEMM16_F16_SYMBOLS: [&str; VARIANTS.len()] = [$(concat!("gemm_w4a16f16_sm90_ws_m", $bm, "n", $bn)),+];
+        const DUAL16_BF16_SYMBOLS: [&str; VARIANTS.len()] =
+            [$(concat!("dual_gemm_w4a16bf16_sm90_ws_m", $bm, "n", $bn)),+];
+        const DUAL16_F16_SYMBOLS: [&str; VARIANTS.len()] = [$(concat!("dual_gemm_w4a16f16_sm90_ws_m", $bm, "n", $bn)),+];
+        /// The W4A16 grouped modules also hold their table builder, after the variants.
+        const GROUPED16_BF16_SYMBOLS: [&str; VARIANTS.len() + 1] =
+            [$(concat!("grouped_gemm_w4a16bf16_sm90_ws_m", $bm, "n", $bn),)+ TABLE_SYMBOL];
+        const GROUPED16_F16_SYMBOLS: [&str; VARIANTS.len() + 1] =
+            [$(concat!("grouped_gemm_w4a16f16_sm90_ws_m", $bm, "n", $bn),)+ TABLE_SYMBOL];
     };
 }
 
@@ -214,10 +215,6 @@ impl Variant {
     /// Kernel symbol of this variant of `op` for X of kind `x`.
     pub fn symbol_for(self, op: Op, x: XKind) -> &'static str {
         let i = VARIANTS.iter().position(|v| *v == self).expect("a listed variant");
-        let i = match x {
-            XKind::Nvfp4 | XKind::Dense(OutputDtype::Bf16) => i,
-            XKind::Dense(OutputDtype::F16) => VARIANTS.len() + i,
-        };
         op.module_for(x).symbols[i]
     }
 }
@@ -300,27 +297,33 @@ pub static GROUPED_SM90: KernelModule = KernelModule {
 /// The grouped pre-pass kernel.
 pub const PREPARE_SYMBOL: &str = "grouped_prepare_sm90";
 
-/// The W4A16 GEMM on the skeleton (X = the activation, W = the weights, one launch).
-pub static GEMM16_SM90: KernelModule = KernelModule {
-    file: "gemm_w4a16_sm90.cu",
-    source: include_str!("../../../../kernels/gemm_w4a16_sm90.cu"),
-    symbols: &GEMM16_SYMBOLS,
-};
+/// Declares one W4A16 skeleton module per (operation, activation type).
+macro_rules! module16 {
+    ($($(#[$doc:meta])* $name:ident = $file:literal, $symbols:ident;)+) => {$(
+        $(#[$doc])*
+        pub static $name: KernelModule = KernelModule {
+            file: $file,
+            source: include_str!(concat!("../../../../kernels/", $file)),
+            symbols: &$symbols,
+        };
+    )+};
+}
 
-/// The fused W4A16 dual GEMM on the skeleton.
-pub static DUAL16_SM90: KernelModule = KernelModule {
-    file: "dual_gemm_w4a16_sm90.cu",
-    source: include_str!("../../../../kernels/dual_gemm_w4a16_sm90.cu"),
-    symbols: &DUAL16_SYMBOLS,
-};
-
-/// The W4A16 grouped GEMM on the skeleton: its table builder (nothing to decode: each group's
-/// activation is loaded as it is) and the main kernel's variants.
-pub static GROUPED16_SM90: KernelModule = KernelModule {
-    file: "grouped_gemm_w4a16_sm90.cu",
-    source: include_str!("../../../../kernels/grouped_gemm_w4a16_sm90.cu"),
-    symbols: &GROUPED16_SYMBOLS,
-};
+module16! {
+    /// The W4A16 GEMM on the skeleton, bf16 activations (X = the activation, W = the weights).
+    GEMM16_BF16_SM90 = "gemm_w4a16bf16_sm90.cu", GEMM16_BF16_SYMBOLS;
+    /// The W4A16 GEMM on the skeleton, f16 activations.
+    GEMM16_F16_SM90 = "gemm_w4a16f16_sm90.cu", GEMM16_F16_SYMBOLS;
+    /// The fused W4A16 dual GEMM on the skeleton, bf16 activations.
+    DUAL16_BF16_SM90 = "dual_gemm_w4a16bf16_sm90.cu", DUAL16_BF16_SYMBOLS;
+    /// The fused W4A16 dual GEMM on the skeleton, f16 activations.
+    DUAL16_F16_SM90 = "dual_gemm_w4a16f16_sm90.cu", DUAL16_F16_SYMBOLS;
+    /// The W4A16 grouped GEMM on the skeleton, bf16 activations: its table builder (nothing to
+    /// decode: each group's activation is loaded as it is) and the main kernel's variants.
+    GROUPED16_BF16_SM90 = "grouped_gemm_w4a16bf16_sm90.cu", GROUPED16_BF16_SYMBOLS;
+    /// The W4A16 grouped GEMM on the skeleton, f16 activations.
+    GROUPED16_F16_SM90 = "grouped_gemm_w4a16f16_sm90.cu", GROUPED16_F16_SYMBOLS;
+}
 
 /// The W4A16 grouped launch's table builder (one block; takes a `GroupedBuild`).
 pub const TABLE_SYMBOL: &str = "grouped_table_sm90";
