@@ -87,7 +87,7 @@ __device__ __forceinline__ void mma_k16(const u16* As, const u16* Bs, int wm, in
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-    for (int ni = 0; ni < 4; ++ni) ptx::mma_m16n8k16_f16_f32(acc[mi][ni], a[mi], b[ni]);
+    for (int ni = 0; ni < 4; ++ni) ptx::mma_m16n8k16_f32(acc[mi][ni], a[mi], b[ni]);
 }
 
 template <bool DUAL>
