@@ -56,3 +56,25 @@ fn overrides_and_refusals_are_printed_with_their_rule() {
         "{text}"
     );
 }
+
+#[test]
+fn w4a16_shapes_the_skeleton_declines_print_the_fallback() {
+    let cases = [
+        ("route-w16-gemm", ["gemm", "--shape", "40x130x48x3"], "gemm_w4a16bf16_sm90_mma [40x130x48x3]", "sm90"),
+        ("route-w16-dual", ["dual-gemm", "--shape", "40x130x48"], "dual_gemm_w4a16bf16_sm90_mma [", "sm90"),
+        ("route-w16-list", ["grouped-gemm", "--shape", "40,7/130,1/48,16"], "gemm_w4a16bf16_sm90_mma [", "grouped"),
+        (
+            "route-w16-moe",
+            ["grouped-gemm", "--shape", "moe:40,0,76/384/48"],
+            "grouped_gemm_w4a16bf16_sm90_mma [",
+            "grouped",
+        ),
+    ];
+    for (test, args, plan, skeleton) in cases {
+        let o = route(test, &[&args[..], &["--act", "bf16"]].concat(), &[]);
+        assert_exit(&o, 0);
+        let text = stdout(&o);
+        assert!(text.contains(&format!(": fallback: {plan}")), "{text}");
+        assert!(text.contains(&format!("[not {skeleton}: K = ")) && text.contains("bf16->f32"), "{text}");
+    }
+}

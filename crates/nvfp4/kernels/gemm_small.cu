@@ -73,7 +73,7 @@ __device__ __forceinline__ void mma_chunk(const Chunk& x, float (&acc)[NT][4]) {
       for (int j = 0; j < NT; ++j) {
         const u32 fb[2] = {ptx::hmul2(nvfp4::f16x2_of_spread(be[j], i), sb[j]),
                            ptx::hmul2(nvfp4::f16x2_of_spread(bo[j], i), sb[j])};
-        ptx::mma_m16n8k16_f16_f32(acc[j], fa, fb);
+        ptx::mma_m16n8k16_f32(acc[j], fa, fb);
       }
     }
   }

@@ -71,7 +71,7 @@ struct Act<false> {
     }
   }
   static NVFP4_DEVICE void word(u32 w, u32 s2, u32* out) { nvfp4::w4a16_f16x8(w, s2, out); }
-  static NVFP4_DEVICE void mma(float* d, const u32* a, const u32* b) { ptx::mma_m16n8k16_f16_f32(d, a, b); }
+  static NVFP4_DEVICE void mma(float* d, const u32* a, const u32* b) { ptx::mma_m16n8k16_f32<false>(d, a, b); }
 };
 
 template <>
@@ -85,7 +85,7 @@ struct Act<true> {
     for (int b = 0; b < BLOCKS; ++b) sp[b] = nvfp4::w4a16_bf16_scale(s01, b);
   }
   static NVFP4_DEVICE void word(u32 w, u32 s2, u32* out) { nvfp4::w4a16_bf16x8(w, s2, out); }
-  static NVFP4_DEVICE void mma(float* d, const u32* a, const u32* b) { ptx::mma_m16n8k16_bf16_f32(d, a, b); }
+  static NVFP4_DEVICE void mma(float* d, const u32* a, const u32* b) { ptx::mma_m16n8k16_f32<true>(d, a, b); }
 };
 
 // Stages x chunks [c0, c1) of batch l into shared memory: xs[word][chunk] : [WORDS, WC, 16 B],

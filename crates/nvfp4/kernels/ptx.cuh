@@ -276,22 +276,19 @@ NVFP4_DEVICE u32 f16x2_to_bf16x2_x2p112(u32 h2) {
 
 // ---- tensor cores (mma.sync, sm_80+) -----------------------------------------------------------
 
-// D = A * B + C, m16n8k16, f16 inputs, f32 accumulators. a: 4 regs, b: 2 regs, c/d: 4 floats.
-NVFP4_DEVICE void mma_m16n8k16_f16_f32(float* d, const u32* a, const u32* b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// The same with bf16 inputs.
-NVFP4_DEVICE void mma_m16n8k16_bf16_f32(float* d, const u32* a, const u32* b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+// D = A * B + C, m16n8k16, f32 accumulators, inputs f16 (or, BF16, bf16) both. a: 4 regs, b: 2
+// regs, c/d: 4 floats.
+#define NVFP4_MMA_M16N8K16(AB)                                                                     \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32" AB ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, " \
+               "{%0, %1, %2, %3};"                                                                 \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                    \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
+template <bool BF16 = false>
+NVFP4_DEVICE void mma_m16n8k16_f32(float* d, const u32* a, const u32* b) {
+  if constexpr (BF16)
+    NVFP4_MMA_M16N8K16(".bf16.bf16");
+  else
+    NVFP4_MMA_M16N8K16(".f16.f16");
 }
 
 }  // namespace ptx

@@ -27,6 +27,10 @@ use nvfp4::{
 mod common;
 use common::{gpu, with_forced};
 
+// The mma.sync fallback's shapes (cuda_w4a16/fallback.rs).
+#[path = "cuda_w4a16/fallback.rs"]
+mod fallback;
+
 const TYPES: [OutputDtype; 2] = [OutputDtype::Bf16, OutputDtype::F16];
 const LAYOUTS: [ScaleLayout; 2] = [ScaleLayout::Plain, ScaleLayout::Blocked];
 
@@ -352,9 +356,10 @@ fn with_scale(t: &Nvfp4Tensor, (batch, row, block): (usize, usize, usize), code:
 }
 
 /// `w` with one NaN scale in its weights: the last batch's (expert's) row 1 in the block holding
-/// K element 40 (sub-stage 0, step 2); for the dual GEMM in B2, for a list in its last group.
+/// K element 40 (sub-stage 0, step 2); for the dual GEMM in B2, for a list in its last group. A
+/// one-row weight's row 0, a K of one or two blocks its last block.
 fn plant_nan(w: W16) -> W16 {
-    let nan = |t: &Nvfp4Tensor| with_scale(t, (t.l() - 1, 1, 2), 0x7F);
+    let nan = |t: &Nvfp4Tensor| with_scale(t, (t.l() - 1, t.rows().min(2) - 1, (t.k() / 16).min(3) - 1), 0x7F);
     match w {
         W16::Gemm(g) => W16::Gemm(Gemm::new(g.a, nan(&g.b), g.alpha).unwrap()),
         W16::Dual(d) => W16::Dual(DualGemm::new(d.a, d.b1.clone(), nan(&d.b2), d.alpha).unwrap()),

@@ -22,9 +22,10 @@ impl CudaBackend {
     }
 
     /// One launch that reads the offsets on the device (uploaded here) where a family takes the
-    /// MoE form (its output starts as zeros: rows past the last offset stay zero); shapes none
-    /// takes (K % 32 != 0, K < 64) run the experts with tokens as one grouped GEMM of host
-    /// slices instead, scattered into `[1, T, N]`.
+    /// MoE form (its output starts as zeros: rows past the last offset stay zero): every W4A16
+    /// shape (the skeleton's grouped launch, else the fallback). W4A4 shapes none takes (K % 32
+    /// != 0, K < 64) run the experts with tokens as one grouped GEMM of host slices instead,
+    /// scattered into `[1, T, N]`.
     fn run_moe<A: HostActivation>(&self, p: &MoeGemm<A>, dtype: OutputDtype) -> Result<OutTensor>
     where
         for<'x> &'x A: Stage,

@@ -61,7 +61,7 @@ impl CudaBackend {
     }
 
     /// [`CudaBackend::prepare`] with outputs of `dtype`. A MoE problem that no kernel takes in
-    /// one launch (K % 32 != 0, K < 64) is `Error::Unsupported`:
+    /// one launch (W4A4 with K % 32 != 0 or K < 64) is `Error::Unsupported`:
     /// [`Backend::moe_gemm`](crate::Backend::moe_gemm) runs it as a list of groups split on the
     /// host.
     pub fn prepare_as(&self, p: &Problem, dtype: OutputDtype) -> Result<Prepared> {

@@ -18,7 +18,8 @@ use crate::{Error, Result};
 /// The families, in the order the router asks them: the GEMV; the W4A16 GEMV (a 16-bit vector,
 /// or a W4A16 GEMM of one activation row); the one-launch small GEMM where it measured faster;
 /// the Hopper skeleton (GEMM, dual GEMM); the skeleton's grouped launch (list and MoE forms); the
-/// mma.sync fallback, which takes any GEMM, dual GEMM or list of groups the others decline.
+/// mma.sync fallback, which takes any GEMM, dual GEMM or list of groups the others decline (W4A4
+/// or W4A16), and the W4A16 MoE form.
 pub(crate) static FAMILIES: [Family; 6] = [
     Family { name: "gemv", route: super::gemv::route },
     Family { name: "gemv16", route: super::gemv16::route },
@@ -144,6 +145,24 @@ mod tests {
                     println!("{shape} {layout:?} -> refused: {e}");
                 }
                 (r, want) => panic!("{shape} {layout:?}: routed {:?}, expected {want:?}", r.map(|r| r.to_string())),
+            }
+        }
+    }
+
+    /// In W4A16 (either activation type) every shape routes: one activation row to the W4A16
+    /// GEMV, the rest to the skeleton where its rules allow, else to the fallback, which says why
+    /// the skeleton did not take it.
+    #[test]
+    fn every_w4a16_shape_routes() {
+        for (shape, layout) in every_shape() {
+            for dtype in [crate::OutputDtype::Bf16, crate::OutputDtype::F16] {
+                let op = shape.op_meta_in(layout, Some(dtype));
+                let r =
+                    route(&op, &Modeled::HOPPER, &Overrides::NONE).unwrap_or_else(|e| panic!("{shape} {dtype}: {e}"));
+                assert!(["gemv16", "sm90", "grouped", "fallback"].contains(&r.family()), "{shape}: {r}");
+                if r.family() == "fallback" {
+                    assert!(r.declined().iter().any(|(f, _)| *f == "sm90" || *f == "grouped"), "{shape}: {r}");
+                }
             }
         }
     }

@@ -21,10 +21,11 @@ use std::sync::OnceLock;
 pub use module::KernelModule;
 
 /// Every kernel module of the library.
-pub static MODULES: [&KernelModule; 16] = [
+pub static MODULES: [&KernelModule; 17] = [
     &gemv::GEMV,
     &gemv16::GEMV16,
     &fallback::FALLBACK,
+    &fallback::FALLBACK16,
     &small::SMALL,
     &sm90::DECODE_X,
     &sm90::GEMM_SM90,
@@ -76,10 +77,13 @@ pub fn pdl_ready(symbol: &str) -> bool {
 }
 
 /// The handwritten headers, `#include`d by these names (NVRTC has no include path).
-const STATIC_HEADERS: [(&str, &str); 18] = [
+const STATIC_HEADERS: [(&str, &str); 21] = [
     ("ptx.cuh", include_str!("../../../../kernels/ptx.cuh")),
     ("nvfp4.cuh", include_str!("../../../../kernels/nvfp4.cuh")),
     ("output.cuh", include_str!("../../../../kernels/output.cuh")),
+    ("fallback/stage.cuh", include_str!("../../../../kernels/fallback/stage.cuh")),
+    ("fallback/moe.cuh", include_str!("../../../../kernels/fallback/moe.cuh")),
+    ("fallback/body.cuh", include_str!("../../../../kernels/fallback/body.cuh")),
     ("sm90/config.cuh", include_str!("../../../../kernels/sm90/config.cuh")),
     ("sm90/schedule.cuh", include_str!("../../../../kernels/sm90/schedule.cuh")),
     ("sm90/producer.cuh", include_str!("../../../../kernels/sm90/producer.cuh")),
