@@ -24,12 +24,14 @@ impl Verdict {
     }
 }
 
-/// A W4A16 case's data: tier, activation and output types, whether a weight scale is NaN.
+/// A W4A16 case's data: tier, activation and output types, whether a weight scale is NaN and
+/// whether the gate's slack widens its tolerance.
 struct Data16 {
     tier: Tier,
     act: OutputDtype,
     out: OutputDtype,
     nan: bool,
+    gate_slack: bool,
 }
 
 impl Data16 {
@@ -62,9 +64,9 @@ impl Row {
     }
 
     pub fn w4a16(kind: ProblemKind, s: Case16, verdict: nvfp4::Result<Verdict>, seconds: f64) -> Self {
-        let mode = s.mode();
+        let (mode, gate_slack) = (s.mode(), s.gate_slack());
         let Case16 { label, shape, seed, layout, alpha, tier, act, out, nan_scale } = s;
-        let data = Data16 { tier, act, out, nan: nan_scale };
+        let data = Data16 { tier, act, out, nan: nan_scale, gate_slack };
         Self { kind, label, shape, seed, layout, alpha, w4a16: Some(data), mode, verdict, seconds }
     }
 
@@ -100,11 +102,11 @@ fn layout_name(l: ScaleLayout) -> String {
     format!("{l:?}").to_lowercase()
 }
 
-fn rule_name(m: Mode) -> &'static str {
-    if m == Mode::BitExact {
-        "bit-exact"
-    } else {
-        "tolerance"
+fn rule_name(r: &Row) -> &'static str {
+    match (r.mode, r.w4a16.as_ref().is_some_and(|d| d.gate_slack)) {
+        (Mode::BitExact, _) => "bit-exact",
+        (Mode::Tolerance, false) => "tolerance",
+        (Mode::Tolerance, true) => "tol+gate",
     }
 }
 
@@ -139,7 +141,7 @@ pub fn print_table(rows: &[Row], backend: &str) {
             truncate(&r.shape.to_string(), 40),
             layout_name(r.layout),
             data,
-            rule_name(r.mode),
+            rule_name(r),
             r.seconds,
             first_line
         );
@@ -183,7 +185,7 @@ pub fn print_json(rows: &[Row], backend: &str) {
             };
             let mut v = serde_json::json!({
                 "problem": r.kind.name(), "mode": r.form(), "case": r.label, "shape": r.shape.to_string(),
-                "seed": r.seed, "scales": layout_name(r.layout), "alpha": r.alpha, "compare": rule_name(r.mode),
+                "seed": r.seed, "scales": layout_name(r.layout), "alpha": r.alpha, "compare": rule_name(r),
                 "passed": r.passed(), "failures": failures, "max_abs_err": max_abs_err, "seconds": r.seconds,
                 "verdict": r.verdict_text(),
             });

@@ -4,6 +4,7 @@
 //! 16-bit type ([`compare16`]).
 
 pub mod compare16;
+pub mod gate_slack;
 pub mod reference16;
 pub mod w4a16;
 

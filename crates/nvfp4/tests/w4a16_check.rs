@@ -154,9 +154,12 @@ fn the_cases_cover_every_combination() {
         }
         assert!(cases.iter().any(|c| c.alpha.is_some()) && cases.iter().any(|c| c.nan_scale), "{kind}");
         // Exact data is compared bit for bit, except the dual GEMM's (approximate SiLU on GPUs).
+        // The gate's slack widens the dual GEMM's random tier only.
         for c in &cases {
             let exact = c.tier == Tier::Exact && kind != ProblemKind::DualGemm;
             assert_eq!(c.mode() == Mode::BitExact, exact, "{kind} {}", c.label);
+            let slack = c.tier == Tier::Random && kind == ProblemKind::DualGemm;
+            assert_eq!(c.gate_slack(), slack, "{kind} {}", c.label);
         }
         // Exact cases' alphas are powers of two, so their results stay exact.
         assert!(cases.iter().filter(|c| c.tier == Tier::Exact).all(|c| c.alpha.is_none_or(|a| a == 0.5)));

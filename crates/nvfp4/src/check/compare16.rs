@@ -33,19 +33,49 @@ pub fn element16_passes(got: u16, expected: u16, dtype: OutputDtype, mode: Mode)
     let (g, e) = (dtype.to_f32(got), dtype.to_f32(expected));
     match mode {
         Mode::BitExact => got == expected || (g.is_nan() && e.is_nan()),
-        Mode::Tolerance => {
-            if class(g) != class(e) {
-                return false;
-            }
-            class(e) != 3 || (g as f64 - e as f64).abs() <= ATOL + rtol(dtype) * (e as f64).abs()
-        }
+        Mode::Tolerance => element16_within(got, expected, dtype, 0.0),
     }
+}
+
+/// Whether an element passes SPEC §4's rule widened by `slack` (the dual GEMM random tier's,
+/// `gate_slack`): the same NaN/+inf/-inf status, and for finite values
+/// `|got - ref| <= ATOL + rtol · (|ref| + slack) + slack`, so that a result `slack` away from the
+/// reference keeps the output type's rounding allowance too. A slack of 0 is SPEC §4's rule.
+pub fn element16_within(got: u16, expected: u16, dtype: OutputDtype, slack: f64) -> bool {
+    let (g, e) = (dtype.to_f32(got), dtype.to_f32(expected));
+    if class(g) != class(e) {
+        return false;
+    }
+    let (g, e) = (g as f64, e as f64);
+    class(e as f32) != 3 || (g - e).abs() <= ATOL + rtol(dtype) * (e.abs() + slack) + slack
 }
 
 /// Compares the outputs `got` with `expected`, tensor by tensor: their counts, types and shapes
 /// must agree (else the report's `structure` says how they differ), then every element under
 /// `mode`. Values are reported as f32 (exact for both types).
 pub fn compare16(got: &[OutTensor], expected: &[OutTensor], mode: Mode) -> Report<f32> {
+    compare16_by(got, expected, |_, gb, eb, dtype| element16_passes(gb, eb, dtype, mode))
+}
+
+/// [`compare16`] under SPEC §4's rule widened per element by `slack`, one value for each element
+/// of the outputs in order ([`element16_within`]); a `slack` of another length is a structural
+/// failure.
+pub fn compare16_within(got: &[OutTensor], expected: &[OutTensor], slack: &[f64]) -> Report<f32> {
+    let elements: usize = expected.iter().map(|t| t.bits().len()).sum();
+    if slack.len() != elements {
+        let structure = Some(format!("{} slack values for {elements} elements", slack.len()));
+        return Report { structure, ..Report::default() };
+    }
+    compare16_by(got, expected, |i, gb, eb, dtype| element16_within(gb, eb, dtype, slack[i]))
+}
+
+/// The comparison of both: `passes(i, got, expected, dtype)` judges element i (counted across
+/// the tensors).
+fn compare16_by(
+    got: &[OutTensor],
+    expected: &[OutTensor],
+    passes: impl Fn(usize, u16, u16, OutputDtype) -> bool,
+) -> Report<f32> {
     let mut r = Report::default();
     if got.len() != expected.len() {
         r.structure = Some(format!("{} output tensors, expected {}", got.len(), expected.len()));
@@ -60,12 +90,13 @@ pub fn compare16(got: &[OutTensor], expected: &[OutTensor], mode: Mode) -> Repor
         let [_, rows, cols] = e.shape();
         let dtype = e.dtype();
         for (i, (&gb, &eb)) in g.bits().iter().zip(e.bits()).enumerate() {
+            let at = r.elements;
             r.elements += 1;
             let (gv, ev) = (dtype.to_f32(gb), dtype.to_f32(eb));
             if gv.is_finite() && ev.is_finite() {
                 r.max_abs_err = r.max_abs_err.max((gv as f64 - ev as f64).abs());
             }
-            if !element16_passes(gb, eb, dtype, mode) {
+            if !passes(at, gb, eb, dtype) {
                 r.failures += 1;
                 if r.mismatches.len() < MAX_REPORTED {
                     let index = [i / (rows * cols), (i / cols) % rows, i % cols];
@@ -104,6 +135,25 @@ mod tests {
         assert!(!element16_passes(nan_a, one(h), h, Mode::Tolerance));
         assert!(!element16_passes(h.round_f32(f32::INFINITY), h.round_f32(f32::NEG_INFINITY), h, Mode::Tolerance));
         assert!(!element16_passes(h.round_f32(65504.0), h.round_f32(f32::INFINITY), h, Mode::Tolerance));
+    }
+
+    #[test]
+    fn a_slack_widens_the_tolerance_of_its_element_only() {
+        let h = OutputDtype::F16;
+        let want = [t(h, &[0.5, 0.5, f32::NAN])];
+        let got = [t(h, &[0.75, 0.75, 1.0])];
+        // 0.25 off: within a slack of 0.25 (plus the tolerance), not of 0.2; NaN parity stays.
+        let r = compare16_within(&got, &want, &[0.25, 0.2, 1e9]);
+        assert_eq!((r.failures, r.mismatches[0].index, r.mismatches[1].index), (2, [0, 0, 1], [0, 0, 2]));
+        // The relative term is taken of |ref| + slack: 0.2495 + 1e-3 + 1e-3 × 0.7495 > 0.25.
+        assert!(element16_within(h.round_f32(0.75), h.round_f32(0.5), h, 0.2495));
+        assert!(!element16_within(h.round_f32(0.75), h.round_f32(0.5), h, 0.2475));
+        // A slack of 0 is the plain rule; a slack of the wrong length a structural failure.
+        for (g, e) in [(1.0, 1.0), (1.0 + 2.0 / 1024.0, 1.0), (1.0 + 3.0 / 1024.0, 1.0)] {
+            let (g, e) = (h.round_f32(g), h.round_f32(e));
+            assert_eq!(element16_within(g, e, h, 0.0), element16_passes(g, e, h, Mode::Tolerance));
+        }
+        assert!(compare16_within(&got, &want, &[0.0; 2]).structure.is_some());
     }
 
     #[test]

@@ -14,6 +14,7 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 
 use crate::format::{Nvfp4Tensor, OutTensor, OutputDtype, ScaleLayout};
+use crate::ops::DualGemm;
 use crate::problem::Problem16;
 use crate::{Error, Result};
 
@@ -175,20 +176,8 @@ pub fn reference16(p: &Problem16, dtype: OutputDtype) -> Result<Vec<OutTensor>> 
             vec![finish(dtype, [l, m, n], &products(&g.a, &g.b), factor(g.alpha, &g.b))?]
         }
         Problem16::DualGemm(d) => {
-            let (m, n, _, l) = d.mnkl();
-            let (x1, x2) = (products(&d.a, &d.b1), products(&d.a, &d.b2));
-            let (f1, f2) = (factor(d.alpha, &d.b1), factor(d.alpha, &d.b2));
-            // x1, x2 scaled in f64 and rounded to f32, the gate in f32, one rounding (SPEC §3).
-            let gated: Vec<u16> = x1
-                .iter()
-                .zip(&x2)
-                .map(|(&s1, &s2)| {
-                    let (g, u) = ((s1 * f1) as f32, (s2 * f2) as f32);
-                    let silu = g / (1.0 + (-g).exp());
-                    round_once((silu * u) as f64, dtype)
-                })
-                .collect();
-            vec![OutTensor::new(dtype, [l, m, n], gated)?]
+            let (x1, x2) = dual_products(d);
+            vec![gate(d, &x1, &x2, dtype)?]
         }
         Problem16::GroupedGemm(g) => g
             .groups
@@ -200,6 +189,48 @@ pub fn reference16(p: &Problem16, dtype: OutputDtype) -> Result<Vec<OutTensor>> 
             .collect::<Result<_>>()?,
         Problem16::Moe(moe) => vec![moe_reference(moe, dtype)?],
     })
+}
+
+/// The dual GEMM's two products before the gate, each scaled by its factor in f64: x1 = f1 ·
+/// A·B1ᵀ and x2 = f2 · A·B2ᵀ, `[L, M, N]` each.
+pub fn dual_products(d: &DualGemm<OutTensor>) -> (Vec<f64>, Vec<f64>) {
+    let x1 = products(&d.a, &d.b1).into_iter().map(|s| s * factor(d.alpha, &d.b1)).collect();
+    let x2 = products(&d.a, &d.b2).into_iter().map(|s| s * factor(d.alpha, &d.b2)).collect();
+    (x1, x2)
+}
+
+/// The dual GEMM's sums of absolute products, `|f1| · Σ_k |A·B1|` and `|f2| · Σ_k |A·B2|`
+/// (`[L, M, N]` each): [`products`] of the operands with their sign bits cleared (every term is
+/// then the absolute value of the signed one, exactly). They bound every partial sum of x1 and
+/// x2, whatever the order (`gate_slack`).
+pub fn dual_abs_products(d: &DualGemm<OutTensor>) -> Result<(Vec<f64>, Vec<f64>)> {
+    let a = OutTensor::new(d.a.dtype(), d.a.shape(), d.a.bits().iter().map(|&b| b & 0x7FFF).collect())?;
+    let abs = |w: &Nvfp4Tensor| -> Result<Vec<f64>> {
+        // Both nibbles' sign bits (bit 3 of each code) and the E4M3 scales' sign bits cleared.
+        let values = w.values().iter().map(|&b| b & 0x77).collect();
+        let scales = w.scales().iter().map(|&s| s & 0x7F).collect();
+        let w =
+            Nvfp4Tensor::new(w.l(), w.rows(), w.k(), values, scales, w.layout())?.with_global_scale(w.global_scale());
+        let f = factor(d.alpha, &w).abs();
+        Ok(products(&a, &w).into_iter().map(|s| s * f).collect())
+    };
+    Ok((abs(&d.b1)?, abs(&d.b2)?))
+}
+
+/// The gate of SPEC §3 on [`dual_products`]' x1 and x2: each rounded to f32, silu(x1) · x2 in
+/// f32, one rounding to `dtype`.
+pub fn gate(d: &DualGemm<OutTensor>, x1: &[f64], x2: &[f64], dtype: OutputDtype) -> Result<OutTensor> {
+    let (m, n, _, l) = d.mnkl();
+    let gated: Vec<u16> = x1
+        .iter()
+        .zip(x2)
+        .map(|(&x1, &x2)| {
+            let (g, u) = (x1 as f32, x2 as f32);
+            let silu = g / (1.0 + (-g).exp());
+            round_once((silu * u) as f64, dtype)
+        })
+        .collect();
+    OutTensor::new(dtype, [l, m, n], gated)
 }
 
 /// The MoE form: expert e's rows `offsets[e-1]..offsets[e]` of the tokens against batch e of
