@@ -352,18 +352,18 @@ fn gemv_fixed_cost() {
                 kernel.ctas_per_sm(smem).unwrap()
             });
             let mut np = base.clone();
-            let slots = sms * base.ctas_per_sm;
+            let slots = sms * base.tiling.ctas_per_sm;
             let mut split = 1;
-            while np.row_ctas * l * split < 3 * slots && split < np.ksteps {
+            while np.tiling.row_ctas * l * split < 3 * slots && split < np.tiling.ksteps {
                 split *= 2;
             }
-            np.ksteps_per_slice = np.ksteps.div_ceil(split);
-            np.split = np.ksteps.div_ceil(np.ksteps_per_slice);
-            np.window_ksteps = np.ksteps_per_slice.min(base.window_ksteps.max(1));
-            np.smem_bytes = np.window_ksteps * 32 * np.chunk.smem_per_chunk();
-            np.tiles = np.row_ctas * l * np.split;
-            np.tiles_per_cta = 1;
-            np.grid = np.tiles;
+            np.tiling.ksteps_per_slice = np.tiling.ksteps.div_ceil(split);
+            np.tiling.split = np.tiling.ksteps.div_ceil(np.tiling.ksteps_per_slice);
+            np.tiling.window_ksteps = np.tiling.ksteps_per_slice.min(base.tiling.window_ksteps.max(1));
+            np.tiling.smem_bytes = np.tiling.window_ksteps * 32 * np.chunk.smem_per_chunk();
+            np.tiling.tiles = np.tiling.row_ctas * l * np.tiling.split;
+            np.tiling.tiles_per_cta = 1;
+            np.tiling.grid = np.tiling.tiles;
             for (cname, c) in [("heuristic", &base), ("one-tile", &np)] {
                 let out = b.alloc_output([l, m, 1]).unwrap();
                 b.poison(&out).unwrap();
@@ -377,9 +377,9 @@ fn gemv_fixed_cost() {
                     format!(
                         "{vname}/{cname}: {t:.2} us ({:.1}%) grid {} split {} tiles/CTA {}",
                         100.0 * floor / t,
-                        c.grid,
-                        c.split,
-                        c.tiles_per_cta
+                        c.tiling.grid,
+                        c.tiling.split,
+                        c.tiling.tiles_per_cta
                     )
                 } else {
                     format!("{vname}/{cname}: FAILED bit-exact check (time withheld)")

@@ -8,18 +8,17 @@
 //   4 rows. A chunk is 16 B of A (32 elements, 2 scale blocks), or 8 B when K % 32 == 16. A is
 //   streamed (L1::no_allocate, L2 evict_first); the next K-step's loads are in flight while the
 //   current one is computed (register double buffering).
-// - Split-K (when M * L is too small to fill the GPU): each slice writes f32 partials; the last
-//   CTA of a row tile (an atomic counter, reset by that CTA) adds them in slice order.
-// - Persistent: the host sizes the grid to the resident CTAs; CTA b runs tiles
-//   [b * tiles_per_cta, (b + 1) * tiles_per_cta).
+// - The tile walk, the windows, the double buffer, split-K (when M * L is too small to fill the
+//   GPU) and the persistent grid are gemv_tiles.cuh's skeleton, shared with gemv16.cu; this file
+//   is its W4A4 part (`W4A4`): the row map, the staging of B, the loads of A and the dot products.
 // - B is decoded once per window into shared memory as int8 (2x the E2M1 value) and its negation,
 //   with its scales as f32. Decoding and multiplying an A element costs ~1.5 instructions (a prmt
 //   table lookup of the magnitude, a prmt that picks b or -b by the sign, dp4a: exact int32 per
 //   16-block); ~2.2 per element with scales, loads and addressing (SASS, 2026-11-22).
 // - Per block: int sum -> f32 (magic-number add) -> fma with sa * sb into an f32 accumulator.
 //   Sums of SPEC GEMV data are exact in f32, so the result is bit-identical to the reference.
-// - Programmatic dependent launch: nothing is read or written before `griddepcontrol.wait`; the
-//   host launches with the attribute (backend/cuda/gemv.rs, `GemvConfig::pdl`).
+// - Programmatic dependent launch: nothing is read or written before `griddepcontrol.wait`
+//   (gemv_tiles.cuh); the host launches with the attribute (backend/cuda/gemv.rs).
 #include "ptx.cuh"
 #include "nvfp4.cuh"
 #include "output.cuh"
@@ -30,6 +29,7 @@
 // change a size by a #define in front of it: generated.cuh always comes from the library, and the
 // host plans windows and grids with the same values. A size is varied in kernels/gemv.rs.
 #include "generated.cuh"
+#include "gemv_tiles.cuh"
 
 namespace {
 
@@ -217,100 +217,42 @@ __device__ __forceinline__ float warp_reduce4(const float* acc, int lane) {
   return t;
 }
 
-template <int CB, bool BLOCKED, bool BF16>
-__device__ void gemv_body(const GemvParams& p) {
-  extern __shared__ __align__(16) u8 smem[];
-  __shared__ u32 s_last;
+// The W4A4 family's part of the skeleton (gemv_tiles.cuh): lane i of warp w takes chunk i of
+// every K-step for rows row0 + 32 q + w; B is decoded into shared memory once per window.
+template <int CB_, bool BLOCKED, bool BF16>
+struct W4A4 {
+  using Cursor = ::Cursor<CB_, BLOCKED>;
+  using Data = AChunk;
+  using Acc = float[ROWS_PER_WARP];
+  static constexpr int CB = CB_;
+  static constexpr bool OUT_BF16 = BF16;
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int chunks = p.k / 2 / CB;
-  const int ksteps = (chunks + KSTEP_CHUNKS - 1) / KSTEP_CHUNKS;
-  const int wc = p.window_ksteps * KSTEP_CHUNKS;  // chunks per shared-memory window
-  const u64 pol = ptx::policy_evict_first();
-  int staged = -1;  // (batch, slice) whose B is in shared memory, when it fits one window
-
-  const int t_begin = blockIdx.x * p.tiles_per_cta;
-  const int t_end = min(t_begin + p.tiles_per_cta, p.tiles);
-  for (int tile = t_begin; tile < t_end; ++tile) {
-    const int slice = tile % p.split, rest = tile / p.split;
-    const int rc = rest % p.row_ctas, l = rest / p.row_ctas;
-    int row[ROWS_PER_WARP];
-#pragma unroll
-    for (int q = 0; q < ROWS_PER_WARP; ++q) row[q] = (rc / 4) * 128 + 32 * q + (rc % 4) * 8 + warp;
-    const int ks0 = slice * p.ksteps_per_slice;
-    const int ks1 = min(ks0 + p.ksteps_per_slice, ksteps);
-    const bool one_window = ks1 - ks0 <= p.window_ksteps;
-    float acc[ROWS_PER_WARP] = {0.f, 0.f, 0.f, 0.f};
-
-    for (int ws = ks0; ws < ks1; ws += p.window_ksteps) {
-      const int we = min(ws + p.window_ksteps, ks1);
-      const int key = l * p.split + slice;
-      Cursor<CB, BLOCKED> cur = make_cursor<CB, BLOCKED>(p, l, row, ws * KSTEP_CHUNKS + lane);
-      if (!one_window || staged != key) {
-        // NOTE: programmatic dependent launch. Until `griddepcontrol.wait` returns, the previous
-        // kernel on the stream may still run (it may be writing B, the activations of a decode
-        // step), so nothing is read or written before it: B, the output and the split-K
-        // workspace all come after a CTA's first wait (its first window always stages B; later
-        // waits return at once). Then the next kernel may launch: its CTAs take SM slots as ours
-        // retire. Without the launch attribute both are no-ops.
-        // NOTE: no L2 prefetch of A here or ahead of the loads (v9 requested a window's first 4
-        // K-steps before staging B): on the H200 every L2 prefetch variant measured slower, in
-        // both protocols (NOTES.md, "GEMV floor"); dropping v9's made the graph protocol 3-9%
-        // faster.
-        ptx::wait_prerequisites();
-        ptx::launch_dependents();
-        __syncthreads();  // every warp is done with the previous window
-        stage_b<CB, BLOCKED>(p, smem, wc, l, ws * KSTEP_CHUNKS, min(we * KSTEP_CHUNKS, chunks));
-        __syncthreads();
-        staged = one_window ? key : -1;
-      }
-      // Register double buffering: K-step ks + 1 is loading while ks is computed.
-      AChunk x0, x1;
-      load_a<CB, BLOCKED>(cur, x0, ws * KSTEP_CHUNKS + lane < chunks, pol);
-      cur.advance();
-      for (int ks = ws; ks < we; ks += 2) {
-        const int c0 = ks * KSTEP_CHUNKS + lane, c1 = c0 + KSTEP_CHUNKS;
-        load_a<CB, BLOCKED>(cur, x1, ks + 1 < we && c1 < chunks, pol);
-        cur.advance();
-        if (c0 < chunks) compute<CB>(x0, smem, wc, c0 - ws * KSTEP_CHUNKS, acc);
-        if (ks + 1 >= we) break;
-        load_a<CB, BLOCKED>(cur, x0, ks + 2 < we && c1 + KSTEP_CHUNKS < chunks, pol);
-        cur.advance();
-        if (c1 < chunks) compute<CB>(x1, smem, wc, c1 - ws * KSTEP_CHUNKS, acc);
-      }
-    }
-
-    // Epilogue: one total per row, then f16 or bf16 (or an f32 partial when split).
-    const float total = warp_reduce4(acc, lane);
-    const int my_row = (rc / 4) * 128 + 32 * (lane / 8) + (rc % 4) * 8 + warp;  // row of lane 8q
-    const bool writer = lane % 8 == 0 && my_row < p.m;
-    if (p.split == 1) {
-      if (writer) p.c[(i64)l * p.m + my_row] = out::of_f64((double)total * p.alpha, BF16);
-      continue;
-    }
-    if (writer) p.partial[((i64)slice * p.l + l) * p.m + my_row] = total;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      const u32 arrived = atomicAdd(p.counters + (i64)l * p.row_ctas + rc, 1u);
-      s_last = arrived == (u32)p.split - 1;
-    }
-    __syncthreads();
-    if (s_last) {
-      __threadfence();
-      if (threadIdx.x < 32) {
-        const int rq = threadIdx.x / 8, rw = threadIdx.x % 8;
-        const int r = (rc / 4) * 128 + 32 * rq + (rc % 4) * 8 + rw;
-        if (r < p.m) {
-          float sum = 0.f;
-          for (int s = 0; s < p.split; ++s) sum += ptx::ld_cg_f32(p.partial + ((i64)s * p.l + l) * p.m + r);
-          p.c[(i64)l * p.m + r] = out::of_f64((double)sum * p.alpha, BF16);
-        }
-      }
-      if (threadIdx.x == 0) p.counters[(i64)l * p.row_ctas + rc] = 0;  // ready for the next launch
-    }
+  static __device__ __forceinline__ int first_chunk(int, int lane) { return lane; }
+  static __device__ __forceinline__ int own_chunk(int) { return 0; }
+  static __device__ __forceinline__ int row_residue(int warp, int) { return warp; }
+  // NOTE: the row map of gemv_tiles.cuh, its additions in this kernel's tuned order: NVRTC 13.0
+  // allocates registers by it (gemv16.cu's order costs the _k16 kernels a register).
+  static __device__ __forceinline__ int row(int rc, int, int q, int r) {
+    return (rc / 4) * 128 + 32 * q + (rc % 4) * 8 + r;
   }
-}
+  static __device__ __forceinline__ Cursor cursor(const GemvParams& p, int l, const int* row, int chunk) {
+    return make_cursor<CB, BLOCKED>(p, l, row, chunk);
+  }
+  static __device__ __forceinline__ void stage(const GemvParams& p, u8* smem, int wc, int l, int c0, int c1, int chunks) {
+    stage_b<CB, BLOCKED>(p, smem, wc, l, c0, min(c1, chunks));
+  }
+  static __device__ __forceinline__ void load(const Cursor& cur, AChunk& x, bool ok, u64 pol) {
+    load_a<CB, BLOCKED>(cur, x, ok, pol);
+  }
+  static __device__ __forceinline__ void compute(const AChunk& x, const u8* smem, int wc, int cl, float* acc) {
+    ::compute<CB>(x, smem, wc, cl, acc);
+  }
+  // Lane 8q holds tile row 32 q + warp.
+  static __device__ __forceinline__ gemv_tiles::Out reduce(const float* acc, int warp, int lane) {
+    return {warp_reduce4(acc, lane), lane / 8, warp, lane % 8 == 0};
+  }
+  static __device__ __forceinline__ double scale(const GemvParams& p) { return p.alpha; }
+};
 
 }  // namespace
 
@@ -328,7 +270,7 @@ __device__ void gemv_body(const GemvParams& p) {
 // noinline store call that avoided it measured 5-15% slower (H200, `nvfp4 bench gemv`).
 #define GEMV_KERNEL(name, CB, BLOCKED, BF16)                                                       \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) name(const __grid_constant__ GemvParams p) { \
-    gemv_body<CB, BLOCKED, BF16>(p);                                                               \
+    gemv_tiles::run<W4A4<CB, BLOCKED, BF16>>(p);                                                   \
   }
 
 GEMV_KERNEL(gemv_nvfp4_sm90_plain, 16, false, false)

@@ -3,10 +3,11 @@
 // f16 or bf16 out [L, N], FP32 accumulation, one rounding.
 //
 // Algorithm (a pure bandwidth problem: every byte of W is read once; x is tiny):
-// - Tiles, K-steps, split-K, the persistent grid, PDL and the streamed loads are those of
-//   gemv.cu: a CTA tile is 32 rows of one batch (rows 128*t + 32*q + 8*(tile%4) + g, q = 0..3,
-//   g = 0..7, so that in the blocked scale layout a thread's 4 rows share one 16 B scale group);
-//   a K-step is 32 chunks of 16 B per row (8 B when K % 32 == 16).
+// - Tiles, K-steps, split-K, the persistent grid, PDL and the double buffer are gemv_tiles.cuh's
+//   skeleton, shared with gemv.cu; this file is its W4A16 part (`W4A16`). A CTA tile is 32 rows
+//   of one batch (rows 128*t + 32*q + 8*(tile%4) + g, q = 0..3, g = 0..7, so that in the blocked
+//   scale layout a thread's 4 rows share one 16 B scale group); a K-step is 32 chunks of 16 B per
+//   row (8 B when K % 32 == 16).
 // - Thread (warp w, lane 4g + t) owns chunk 4w + t of every K-step for rows q = 0..3 of residue g:
 //   warp w covers bytes [64w, 64w + 64) of the K-step's 512 B of each of the 32 rows, the 8 warps
 //   the whole K-step. Its 4 rows are the rows g and g + 8 of two mma.sync m16n8k16 tiles.
@@ -19,16 +20,18 @@
 // - x is staged once per window into shared memory in that pair order; a thread's B fragments
 //   for a word are one 16 B shared load, the same address for the 8 threads of a chunk.
 // - The 8 warps' partial sums of a row are added through shared memory in warp order, then the
-//   row's total goes out (or, split, into the f32 partials with gemv.cu's slice-order fixup).
+//   row's total goes out (or, split, into the f32 partials of the skeleton's slice-order fixup).
 // - Sums of exactly representable data are exact in f32 and the MMA's products are exact, so such
 //   data gives the reference's result bit for bit.
 #include "ptx.cuh"
 #include "nvfp4.cuh"
 #include "output.cuh"
 
-// Gemv16Params and the sizes (namespace gemv16): generated.cuh, from their one definition
-// (backend/cuda/kernels/gemv16.rs), which the host's plan uses too.
+// GemvParams (the W4A4 GEMV's: the weight is `a`, the activation `b`, N is `m`) and the sizes
+// (namespace gemv16): generated.cuh, from their one definition (backend/cuda/kernels/gemv.rs and
+// gemv16.rs), which the host's plan uses too.
 #include "generated.cuh"
+#include "gemv_tiles.cuh"
 
 namespace {
 
@@ -95,9 +98,9 @@ struct Act<true> {
 // NOTE: every thread issues all its loads (at most STAGE_LOADS_PER_THREAD; the host keeps windows
 // within that) before storing any: one load latency per window.
 template <int CB>
-__device__ void stage_x(const Gemv16Params& p, u8* smem, int wc, int l, int c0, int c1, int chunks) {
+__device__ void stage_x(const GemvParams& p, u8* smem, int wc, int l, int c0, int c1, int chunks) {
   using C = Chunk<CB>;
-  const u8* xl = p.x + (i64)l * p.k * 2;
+  const u8* xl = p.b + (i64)l * p.k * 2;
   const int pieces = (c1 - c0) * C::WORDS, valid = (min(c1, chunks) - c0) * C::WORDS;
   uint4 v[STAGE_LOADS_PER_THREAD];
 #pragma unroll
@@ -137,18 +140,18 @@ struct Cursor {
 };
 
 template <int CB, bool BLOCKED>
-__device__ __forceinline__ Cursor<CB, BLOCKED> make_cursor(const Gemv16Params& p, int l, const int* row, int chunk) {
+__device__ __forceinline__ Cursor<CB, BLOCKED> make_cursor(const GemvParams& p, int l, const int* row, int chunk) {
   using C = Chunk<CB>;
   Cursor<CB, BLOCKED> cur;
   const int sf_cols = p.k / 16;
   const int j = chunk * C::BLOCKS;
-  const int r0 = min(row[0], p.n - 1);
-  const i64 first = (i64)l * p.n + r0;
-  cur.w = p.w + first * (p.k / 2) + (i64)chunk * CB;
-  cur.sf = BLOCKED ? p.sfw + nvfp4::scale_offset(true, p.n, sf_cols, r0, j & ~3, l) : p.sfw + first * sf_cols + j;
+  const int r0 = min(row[0], p.m - 1);
+  const i64 first = (i64)l * p.m + r0;
+  cur.w = p.a + first * (p.k / 2) + (i64)chunk * CB;
+  cur.sf = BLOCKED ? p.sfa + nvfp4::scale_offset(true, p.m, sf_cols, r0, j & ~3, l) : p.sfa + first * sf_cols + j;
 #pragma unroll
   for (int q = 0; q < ROWS_PER_THREAD; ++q) {
-    const int dr = min(row[q], p.n - 1) - r0;
+    const int dr = min(row[q], p.m - 1) - r0;
     cur.w_off[q] = dr * (p.k / 2);
     cur.sf_off[q] = dr * sf_cols;
   }
@@ -223,70 +226,45 @@ __device__ __forceinline__ void compute(const WChunk& x, const u8* xs, int wc, i
   }
 }
 
-template <int CB, bool BLOCKED, bool ABF16, bool OBF16>
-__device__ void gemv16_body(const Gemv16Params& p) {
-  extern __shared__ __align__(16) u8 smem[];
-  __shared__ float s_part[WARPS][gemv16::ROWS_PER_CTA];  // [warp][row of the tile], f32
-  __shared__ u32 s_last;
+// The W4A16 family's part of the skeleton (gemv_tiles.cuh): thread (warp w, lane 4g + t) takes
+// chunk 4w + t of every K-step for rows row0 + 32 q + g; x is staged into shared memory once per
+// window; the 8 warps' sums of a row are added through shared memory in warp order.
+template <int CB_, bool BLOCKED, bool ABF16, bool OBF16>
+struct W4A16 {
+  using Cursor = ::Cursor<CB_, BLOCKED>;
+  using Data = WChunk;
+  using Acc = float[2][4];  // the two MMA tiles' D fragments
+  static constexpr int CB = CB_;
+  static constexpr bool OUT_BF16 = OBF16;
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int chunks = p.k / 2 / CB;
-  const int ksteps = (chunks + KSTEP_CHUNKS - 1) / KSTEP_CHUNKS;
-  const int wc = p.window_ksteps * KSTEP_CHUNKS;  // chunks per shared-memory window
-  const int my_chunk = CHUNKS_PER_WARP * warp + t;  // within a K-step
-  const u64 pol = ptx::policy_evict_first();
-  int staged = -1;  // (batch, slice) whose x is in shared memory, when it fits one window
-
-  const int t_begin = blockIdx.x * p.tiles_per_cta;
-  const int t_end = min(t_begin + p.tiles_per_cta, p.tiles);
-  for (int tile = t_begin; tile < t_end; ++tile) {
-    const int slice = tile % p.split, rest = tile / p.split;
-    const int rc = rest % p.row_ctas, l = rest / p.row_ctas;
-    const int row0 = (rc / 4) * 128 + (rc % 4) * 8;
-    int row[ROWS_PER_THREAD];
-#pragma unroll
-    for (int q = 0; q < ROWS_PER_THREAD; ++q) row[q] = row0 + 32 * q + g;
-    const int ks0 = slice * p.ksteps_per_slice;
-    const int ks1 = min(ks0 + p.ksteps_per_slice, ksteps);
-    const bool one_window = ks1 - ks0 <= p.window_ksteps;
-    float d[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-
-    for (int ws = ks0; ws < ks1; ws += p.window_ksteps) {
-      const int we = min(ws + p.window_ksteps, ks1);
-      const int key = l * p.split + slice;
-      Cursor<CB, BLOCKED> cur = make_cursor<CB, BLOCKED>(p, l, row, ws * KSTEP_CHUNKS + my_chunk);
-      if (!one_window || staged != key) {
-        // NOTE: programmatic dependent launch, as in gemv.cu: nothing is read or written before
-        // `griddepcontrol.wait` (x may be the previous kernel's output: the activations of a
-        // decode step); a CTA's first window always stages x.
-        ptx::wait_prerequisites();
-        ptx::launch_dependents();
-        __syncthreads();  // every warp is done with the previous window
-        stage_x<CB>(p, smem, wc, l, ws * KSTEP_CHUNKS, we * KSTEP_CHUNKS, chunks);
-        __syncthreads();
-        staged = one_window ? key : -1;
-      }
-      // Register double buffering: K-step ks + 1 is loading while ks is computed. A warp whose
-      // chunks all lie past K skips the K-step (the MMA needs all 32 lanes, so the test is per
-      // warp; a lane past K within a live warp multiplies zeros).
-      WChunk x0, x1;
-      const int c_warp = ws * KSTEP_CHUNKS + CHUNKS_PER_WARP * warp;  // the warp's first chunk
-      load_w<CB, BLOCKED>(cur, x0, c_warp + t < chunks, pol);
-      cur.advance();
-      for (int ks = ws; ks < we; ks += 2) {
-        const int c0 = ks * KSTEP_CHUNKS + CHUNKS_PER_WARP * warp, c1 = c0 + KSTEP_CHUNKS;
-        load_w<CB, BLOCKED>(cur, x1, ks + 1 < we && c1 + t < chunks, pol);
-        cur.advance();
-        if (c0 < chunks) compute<CB, ABF16>(x0, smem, wc, c0 + t - ws * KSTEP_CHUNKS, d);
-        if (ks + 1 >= we) break;
-        load_w<CB, BLOCKED>(cur, x0, ks + 2 < we && c1 + KSTEP_CHUNKS + t < chunks, pol);
-        cur.advance();
-        if (c1 < chunks) compute<CB, ABF16>(x1, smem, wc, c1 + t - ws * KSTEP_CHUNKS, d);
-      }
-    }
-
-    // Epilogue. Every column of D holds the same sums: lanes t == 0 give tile u's rows g (d[u][0],
-    // row q = 2u) and g + 8 (d[u][2], q = 2u + 1); the warps' parts are added in warp order.
+  static __device__ __forceinline__ int first_chunk(int warp, int) { return CHUNKS_PER_WARP * warp; }
+  static __device__ __forceinline__ int own_chunk(int lane) { return lane % 4; }
+  static __device__ __forceinline__ int row_residue(int, int lane) { return lane / 4; }
+  // NOTE: the row map of gemv_tiles.cuh, its additions in this kernel's tuned order: NVRTC 13.0
+  // allocates registers by it (gemv.cu's order costs the _k16 kernels 2-4 registers).
+  template <class I>
+  static __device__ __forceinline__ int row(int, int row0, I q, I r) {
+    return row0 + (32 * q + r);
+  }
+  static __device__ __forceinline__ Cursor cursor(const GemvParams& p, int l, const int* row, int chunk) {
+    return make_cursor<CB, BLOCKED>(p, l, row, chunk);
+  }
+  static __device__ __forceinline__ void stage(const GemvParams& p, u8* smem, int wc, int l, int c0, int c1,
+                                               int chunks) {
+    stage_x<CB>(p, smem, wc, l, c0, c1, chunks);
+  }
+  static __device__ __forceinline__ void load(const Cursor& cur, WChunk& x, bool ok, u64 pol) {
+    load_w<CB, BLOCKED>(cur, x, ok, pol);
+  }
+  static __device__ __forceinline__ void compute(const WChunk& x, const u8* xs, int wc, int cl, float (&d)[2][4]) {
+    ::compute<CB, ABF16>(x, xs, wc, cl, d);
+  }
+  // Every column of D holds the same sums: lanes t == 0 give tile u's rows g (d[u][0], row
+  // q = 2u) and g + 8 (d[u][2], q = 2u + 1); thread i < 32 adds tile row i (q = i / 8,
+  // g = i % 8) over the warps, in warp order.
+  static __device__ __forceinline__ gemv_tiles::Out reduce(const float (&d)[2][4], int warp, int lane) {
+    __shared__ float s_part[WARPS][gemv16::ROWS_PER_CTA];  // [warp][row of the tile], f32
+    const int g = lane / 4, t = lane % 4;
     if (t == 0) {
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
@@ -301,33 +279,10 @@ __device__ void gemv16_body(const Gemv16Params& p) {
       for (int w = 0; w < WARPS; ++w) total += s_part[w][threadIdx.x];
     }
     __syncthreads();  // s_part is free for the next tile
-    // Tile row threadIdx.x (q = threadIdx.x / 8, g = threadIdx.x % 8) -> output row.
-    const int my_row = row0 + 32 * (threadIdx.x / 8) + threadIdx.x % 8;
-    const bool writer = threadIdx.x < gemv16::ROWS_PER_CTA && my_row < p.n;
-    const double scale = p.alpha * Act<ABF16>::UNBIAS;
-    if (p.split == 1) {
-      if (writer) p.c[(i64)l * p.n + my_row] = out::of_f64((double)total * scale, OBF16);
-      continue;
-    }
-    if (writer) p.partial[((i64)slice * p.l + l) * p.n + my_row] = total;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      const u32 arrived = atomicAdd(p.counters + (i64)l * p.row_ctas + rc, 1u);
-      s_last = arrived == (u32)p.split - 1;
-    }
-    __syncthreads();
-    if (s_last) {
-      __threadfence();
-      if (writer) {
-        float sum = 0.f;
-        for (int s = 0; s < p.split; ++s) sum += ptx::ld_cg_f32(p.partial + ((i64)s * p.l + l) * p.n + my_row);
-        p.c[(i64)l * p.n + my_row] = out::of_f64((double)sum * scale, OBF16);
-      }
-      if (threadIdx.x == 0) p.counters[(i64)l * p.row_ctas + rc] = 0;  // ready for the next launch
-    }
+    return {total, (int)(threadIdx.x / 8), (int)(threadIdx.x % 8), threadIdx.x < gemv16::ROWS_PER_CTA};
   }
-}
+  static __device__ __forceinline__ double scale(const GemvParams& p) { return p.alpha * Act<ABF16>::UNBIAS; }
+};
 
 }  // namespace
 
@@ -337,8 +292,8 @@ __device__ void gemv16_body(const Gemv16Params& p) {
 // NOTE: 256 threads, 2 CTAs (16 warps) per SM at <= 128 registers; double-buffered, 4 rows x
 // 2 K-steps x 16 B per thread in flight, as gemv.cu.
 #define GEMV16_KERNEL(name, CB, BLOCKED, ABF16, OBF16)                                                \
-  extern "C" __global__ void __launch_bounds__(THREADS, 2) name(const __grid_constant__ Gemv16Params p) { \
-    gemv16_body<CB, BLOCKED, ABF16, OBF16>(p);                                                         \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) name(const __grid_constant__ GemvParams p) { \
+    gemv_tiles::run<W4A16<CB, BLOCKED, ABF16, OBF16>>(p);                                              \
   }
 
 GEMV16_KERNEL(gemv16_nvfp4_sm90_f16_plain_to_f16, 16, false, false, false)

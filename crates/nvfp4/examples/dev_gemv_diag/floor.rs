@@ -269,7 +269,7 @@ pub fn pdl_dependency_check(b: &CudaBackend, source: &str) -> Vec<String> {
         let occ = |_: &'static str, smem: usize| kernel.ctas_per_sm(smem).unwrap();
         let cfg1 = GemvConfig::choose((m1, k1, 1), ScaleLayout::Plain, nvfp4::OutputDtype::F16, sms, occ);
         let cfg2 = GemvConfig::choose((m2, k2, 1), ScaleLayout::Plain, nvfp4::OutputDtype::F16, sms, occ);
-        assert!(cfg1.split == 1, "GEMV 1 must need no workspace: {cfg1}");
+        assert!(cfg1.tiling.split == 1, "GEMV 1 must need no workspace: {cfg1}");
         let gemv1 = kernel.bind(cfg1.clone(), (&a1, &b1), g1.alpha, &shared.view()).unwrap();
         // Each bound GEMV has a workspace of its own: the two kernels never share one.
         let gemv2 = kernel.bind(cfg2.clone(), (&a2, &b2), g2.alpha, &c2.view()).unwrap();
@@ -284,7 +284,7 @@ pub fn pdl_dependency_check(b: &CudaBackend, source: &str) -> Vec<String> {
         }
         lines.push(format!(
             "PDL dependency check, {name}: {good}/{REPS} chains bit-exact (GEMV 1 grid {}, GEMV 2 grid {} split {})",
-            cfg1.grid, cfg2.grid, cfg2.split
+            cfg1.tiling.grid, cfg2.tiling.grid, cfg2.tiling.split
         ));
         println!("{}", lines.last().unwrap());
     }

@@ -13,7 +13,8 @@ use super::compile;
 use super::device::{F16View, Nvfp4View, Workspace};
 use super::family::Launch;
 use super::floors::{read_params, whole_warps, ReadSource, ReadSums};
-use super::gemv::{GemvConfig, GemvLaunch, THREADS};
+use super::gemv::{self, GemvConfig, THREADS};
+use super::gemv_launch::GemvLaunch;
 use super::kernels::KernelModule;
 use super::runtime::{cuda_err, Gpu, LaunchShape};
 use crate::{Error, Result};
@@ -83,7 +84,7 @@ impl DevGemv {
         c: &F16View,
     ) -> Result<DevGemvLaunch> {
         let ws = Workspace::new(&self.gpu, config.scratch())?;
-        let launch = GemvLaunch::bind(&self.gpu, config, self.func.clone(), (a, b), alpha, c, &ws)?;
+        let launch = gemv::bind(&self.gpu, &config, self.func.clone(), (a, b), alpha, c, &ws)?;
         Ok(DevGemvLaunch { gpu: self.gpu.clone(), launch })
     }
 }

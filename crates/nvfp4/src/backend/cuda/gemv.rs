@@ -8,17 +8,17 @@ use std::fmt;
 
 use cudarc::driver::CudaFunction;
 
-use super::device::{product_alpha, DeviceOp, F16View, Keep, Nvfp4View, Workspace, WorkspaceNeeds};
+use super::device::{product_alpha, to_i32, DeviceOp, F16View, Nvfp4View, Workspace, WorkspaceNeeds};
 use super::family::{nvfp4_act, DeviceFacts, Kernels, Launch, Plan, Verdict};
-use super::gemv_tiling::Tiling;
-use super::kernels::gemv::{GemvParams, GEMV, KSTEP_CHUNKS, MAX_WINDOW_BYTES, STAGE_SCALES, STAGE_WORDS};
-use super::kernels::pdl_ready;
+use super::gemv_launch::{takes, GemvLaunch, Operands};
+use super::kernels::gemv::{GEMV, KSTEP_CHUNKS, MAX_WINDOW_BYTES, STAGE_SCALES, STAGE_WORDS};
 use super::overrides::Overrides;
-use super::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
+use super::runtime::Gpu;
 use crate::format::{OutputDtype, ScaleLayout};
 use crate::ops::{Act, Op, OpMeta};
 use crate::{Error, Result};
 
+pub use super::gemv_tiling::Tiling;
 // The kernel's sizes and chunk shapes live with it in the registry, which writes them into
 // generated.cuh.
 pub use super::kernels::gemv::{Chunk, ROWS_PER_CTA, THREADS};
@@ -34,26 +34,8 @@ pub struct GemvConfig {
     pub chunk: Chunk,
     /// (M, K, L).
     pub mkl: (usize, usize, usize),
-    /// 32-row tiles per batch.
-    pub row_ctas: usize,
-    /// K-steps (32 chunks) per row.
-    pub ksteps: usize,
-    /// K slices (split-K); 1 writes f16 directly.
-    pub split: usize,
-    /// K-steps per slice.
-    pub ksteps_per_slice: usize,
-    /// K-steps of decoded B in shared memory at a time.
-    pub window_ksteps: usize,
-    /// Work items: row tiles x L x slices.
-    pub tiles: usize,
-    /// Tiles per (persistent) CTA.
-    pub tiles_per_cta: usize,
-    /// CTAs launched.
-    pub grid: usize,
-    /// Dynamic shared memory per CTA.
-    pub smem_bytes: usize,
-    /// Resident CTAs per SM (occupancy).
-    pub ctas_per_sm: usize,
+    /// Tiles, split-K, grid, window ([`Tiling::choose`], shared with the W4A16 GEMV).
+    pub tiling: Tiling,
     /// SMs of the device.
     pub sms: usize,
 }
@@ -95,50 +77,22 @@ impl GemvConfig {
         let scales_per_kstep = KSTEP_CHUNKS * chunk.bytes() / 8;
         let max_window =
             (MAX_WINDOW_BYTES / kstep_smem).min(STAGE_WORDS / words_per_kstep).min(STAGE_SCALES / scales_per_kstep);
-        let t = Tiling::choose(mkl, chunk, kstep_smem, max_window, sms, |smem| occupancy(symbol, smem));
-        Self {
-            symbol,
-            layout,
-            chunk,
-            mkl,
-            row_ctas: t.row_ctas,
-            ksteps: t.ksteps,
-            split: t.split,
-            ksteps_per_slice: t.ksteps_per_slice,
-            window_ksteps: t.window_ksteps,
-            tiles: t.tiles,
-            tiles_per_cta: t.tiles_per_cta,
-            grid: t.grid,
-            smem_bytes: t.smem_bytes,
-            ctas_per_sm: t.ctas_per_sm,
-            sms,
-        }
+        let tiling = Tiling::choose(mkl, chunk, kstep_smem, max_window, sms, |smem| occupancy(symbol, smem));
+        Self { symbol, layout, chunk, mkl, tiling, sms }
+    }
+
+    /// Workspace: [`Tiling::scratch`] of the `[L, M]` output.
+    pub fn scratch(&self) -> WorkspaceNeeds {
+        let (m, _, l) = self.mkl;
+        self.tiling.scratch(m, l)
     }
 }
 
 impl fmt::Display for GemvConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (m, k, l) = self.mkl;
-        write!(
-            f,
-            "{} M={m} K={k} L={l}: {} B/lane/K-step, {} tiles of {} rows x L {l} x split {} ({} of {} K-steps \
-             per slice), {} tiles, {} tile(s)/CTA, grid {} x {THREADS} ({} CTAs/SM x {} SMs), B window {} \
-             K-steps = {} B smem",
-            self.symbol,
-            self.chunk.bytes(),
-            self.row_ctas,
-            ROWS_PER_CTA,
-            self.split,
-            self.ksteps_per_slice,
-            self.ksteps,
-            self.tiles,
-            self.tiles_per_cta,
-            self.grid,
-            self.ctas_per_sm,
-            self.sms,
-            self.window_ksteps,
-            self.smem_bytes,
-        )
+        write!(f, "{} M={m} K={k} L={l}: {} B/lane/K-step, ", self.symbol, self.chunk.bytes())?;
+        self.tiling.fmt_split(f, l, self.sms, "B")
     }
 }
 
@@ -155,17 +109,7 @@ pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, _: &Overrides) -> Resu
         return Ok(Verdict::Declines("A and B must share one scale layout".into()));
     }
     let dtype = c.map_or(OutputDtype::F16, |c| c.dtype);
-    let mut failure = None;
-    let config = GemvConfig::choose((a.rows, a.k, a.l), a.layout, dtype, facts.sms(), |sym, smem| {
-        facts.ctas_per_sm(&GEMV, sym, THREADS, smem).unwrap_or_else(|e| {
-            failure = Some(e);
-            1
-        })
-    });
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(Verdict::Takes(Box::new(config))),
-    }
+    takes(facts, &GEMV, |occupancy| GemvConfig::choose((a.rows, a.k, a.l), a.layout, dtype, facts.sms(), occupancy))
 }
 
 impl Plan for GemvConfig {
@@ -181,108 +125,46 @@ impl Plan for GemvConfig {
         };
         let b = nvfp4_act(b, "gemv")?;
         let f = k.function(&GEMV, self.symbol)?;
-        Ok(Box::new(GemvLaunch::bind(k.gpu(), self.clone(), f, (a, b), *alpha, c, ws)?))
+        Ok(Box::new(bind(k.gpu(), self, f, (a, b), *alpha, c, ws)?))
     }
 }
 
-/// A GEMV bound to device operands, output and workspace.
-pub(crate) struct GemvLaunch {
-    config: GemvConfig,
+/// Binds `config` (from [`GemvConfig::choose`]) and its kernel `func` to A `[L, M, K]`, B
+/// `[L, 1, K]` (both in the config's scale layout), the output `[L, M, 1]` and `ws`.
+pub(crate) fn bind(
+    gpu: &Gpu,
+    config: &GemvConfig,
     func: CudaFunction,
-    params: GemvParams,
-    keep: Vec<Keep>,
-}
-
-fn to_i32(x: usize, what: &str) -> Result<i32> {
-    i32::try_from(x).map_err(|_| Error::Invalid(format!("gemv: {what} = {x} exceeds the kernel's 32-bit indexing")))
-}
-
-impl GemvConfig {
-    /// Workspace: split-K partial sums `[split, L, M]` f32 at scratch offset 0 and one arrival
-    /// counter per row tile and batch (none without split).
-    pub fn scratch(&self) -> WorkspaceNeeds {
-        let (m, _, l) = self.mkl;
-        if self.split > 1 {
-            WorkspaceNeeds { bytes: self.split * l * m * 4, counters: l * self.row_ctas }
-        } else {
-            WorkspaceNeeds::default()
-        }
+    (a, b): (&Nvfp4View, &Nvfp4View),
+    alpha: Option<f32>,
+    c: &F16View,
+    ws: &Workspace,
+) -> Result<GemvLaunch> {
+    let (m, k, l) = config.mkl;
+    if (a.meta.l, a.meta.rows, a.meta.k) != (l, m, k) || (b.meta.l, b.meta.rows, b.meta.k) != (l, 1, k) {
+        return Err(Error::Shape(format!("gemv: operands {:?}, {:?} do not match {:?}", a.meta, b.meta, config.mkl)));
     }
-}
-
-impl GemvLaunch {
-    /// Binds `config` (from [`GemvConfig::choose`]) to A `[L, M, K]`, B `[L, 1, K]` (both in the
-    /// config's scale layout), the output `[L, M, 1]` and `ws`.
-    pub fn bind(
-        gpu: &Gpu,
-        config: GemvConfig,
-        func: CudaFunction,
-        (a, b): (&Nvfp4View, &Nvfp4View),
-        alpha: Option<f32>,
-        c: &F16View,
-        ws: &Workspace,
-    ) -> Result<Self> {
-        let (m, k, l) = config.mkl;
-        if (a.meta.l, a.meta.rows, a.meta.k) != (l, m, k) || (b.meta.l, b.meta.rows, b.meta.k) != (l, 1, k) {
-            return Err(Error::Shape(format!(
-                "gemv: operands {:?}, {:?} do not match {:?}",
-                a.meta, b.meta, config.mkl
-            )));
-        }
-        if a.meta.layout != config.layout || b.meta.layout != config.layout {
-            return Err(Error::Shape("gemv: both operands must have the config's scale layout".into()));
-        }
-        if variant(k, config.layout, c.dtype).0 != config.symbol {
-            return Err(Error::Shape(format!(
-                "gemv: a {} output needs another kernel than {}",
-                c.dtype, config.symbol
-            )));
-        }
-        if c.shape != [l, m, 1] {
-            return Err(Error::Shape(format!("gemv: output is {:?}, wants [{l}, {m}, 1]", c.shape)));
-        }
-        gpu.allow_smem(&func, config.smem_bytes)?;
-        let needs = config.scratch();
-        let params = GemvParams {
-            a: a.values,
-            sfa: a.scales,
-            b: b.values,
-            sfb: b.scales,
-            c: c.addr,
-            partial: if needs.bytes > 0 { ws.at(0, needs.bytes)? } else { 0 },
-            counters: if needs.counters > 0 { ws.counters(needs.counters)? } else { 0 },
-            alpha: product_alpha(alpha, a, b),
-            m: to_i32(m, "M")?,
-            k: to_i32(k, "K")?,
-            l: to_i32(l, "L")?,
-            row_ctas: to_i32(config.row_ctas, "row tiles")?,
-            split: to_i32(config.split, "split")?,
-            ksteps_per_slice: to_i32(config.ksteps_per_slice, "K-steps")?,
-            window_ksteps: to_i32(config.window_ksteps, "window")?,
-            tiles: to_i32(config.tiles, "tiles")?,
-            tiles_per_cta: to_i32(config.tiles_per_cta, "tiles per CTA")?,
-            reserved: 0,
-        };
-        to_i32(l * m, "L * M")?;
-        to_i32(m * (k / 2), "M * K / 2")?;
-        let keep = [a.keep(), b.keep(), c.keep(), Some(ws.keep())].into_iter().flatten().collect();
-        Ok(Self { config, func, params, keep })
+    if a.meta.layout != config.layout || b.meta.layout != config.layout {
+        return Err(Error::Shape("gemv: both operands must have the config's scale layout".into()));
     }
-}
-
-impl Launch for GemvLaunch {
-    fn enqueue(&self, gpu: &Gpu, stream: StreamHandle, chain: bool) -> Result<()> {
-        let c = &self.config;
-        let options = LaunchOptions { dependent: chain && pdl_ready(c.symbol), cluster_x: 0 };
-        let shape = LaunchShape::linear(c.grid as u32, THREADS, c.smem_bytes as u32).with(options);
-        gpu.launch(stream, &self.func, shape, &self.params)
+    if variant(k, config.layout, c.dtype).0 != config.symbol {
+        return Err(Error::Shape(format!("gemv: a {} output needs another kernel than {}", c.dtype, config.symbol)));
     }
-    fn first_symbol(&self) -> &'static str {
-        self.config.symbol
+    if c.shape != [l, m, 1] {
+        return Err(Error::Shape(format!("gemv: output is {:?}, wants [{l}, {m}, 1]", c.shape)));
     }
-    fn keeps(&self) -> &[Keep] {
-        &self.keep
-    }
+    to_i32(l * m, "gemv: L * M")?;
+    to_i32(m * (k / 2), "gemv: M * K / 2")?;
+    let ops = Operands {
+        a: a.values,
+        sfa: a.scales,
+        b: b.values,
+        sfb: b.scales,
+        c: c.addr,
+        alpha: product_alpha(alpha, a, b),
+        keep: [a.keep(), b.keep(), c.keep()].into_iter().flatten().collect(),
+    };
+    GemvLaunch::new(gpu, (config.symbol, &config.tiling), func, ops, config.mkl, ws, ("gemv", "M"))
 }
 
 #[cfg(test)]
@@ -298,33 +180,33 @@ mod tests {
         // 7168x16384x1: 224 tiles, no split, all resident.
         let c = cfg(7168, 16384, 1);
         assert_eq!(
-            (c.symbol, c.row_ctas, c.split, c.ksteps, c.tiles, c.grid),
+            (c.symbol, c.tiling.row_ctas, c.tiling.split, c.tiling.ksteps, c.tiling.tiles, c.tiling.grid),
             ("gemv_nvfp4_sm90_plain", 224, 1, 16, 224, 224)
         );
-        assert_eq!((c.window_ksteps, c.smem_bytes), (16, 36864));
+        assert_eq!((c.tiling.window_ksteps, c.tiling.smem_bytes), (16, 36864));
         // 4096x7168x8: 1024 tiles over 264 slots -> 4 tiles per CTA.
         let c = cfg(4096, 7168, 8);
-        assert_eq!((c.split, c.ksteps, c.tiles_per_cta, c.grid), (1, 7, 4, 256));
+        assert_eq!((c.tiling.split, c.tiling.ksteps, c.tiling.tiles_per_cta, c.tiling.grid), (1, 7, 4, 256));
         // 7168x2048x4: 896 tiles -> 4 per CTA, 224 CTAs.
         let c = cfg(7168, 2048, 4);
-        assert_eq!((c.split, c.tiles_per_cta, c.grid), (1, 4, 224));
+        assert_eq!((c.tiling.split, c.tiling.tiles_per_cta, c.tiling.grid), (1, 4, 224));
     }
 
     #[test]
     fn small_shapes_split_k() {
         let c = cfg(128, 16384, 1);
-        assert_eq!((c.row_ctas, c.split, c.ksteps_per_slice, c.tiles), (4, 16, 1, 64));
+        assert_eq!((c.tiling.row_ctas, c.tiling.split, c.tiling.ksteps_per_slice, c.tiling.tiles), (4, 16, 1, 64));
         // A slice never holds zero K-steps, the split covers K exactly, windows fit the staging.
         for (m, k, l) in
             [(1, 16, 1), (7, 48, 3), (40, 4112, 1), (130, 64, 3), (1000, 4112, 3), (2432, 4608, 2), (64, 65536, 1)]
         {
             let c = cfg(m, k, l);
-            assert!(c.ksteps_per_slice * (c.split - 1) < c.ksteps, "{c}");
-            assert!(c.ksteps_per_slice * c.split >= c.ksteps, "{c}");
-            assert!(c.grid * c.tiles_per_cta >= c.tiles && c.grid <= 132 * 2, "{c}");
-            assert!(c.window_ksteps * KSTEP_CHUNKS * c.chunk.bytes() / 4 <= STAGE_WORDS, "{c}");
-            assert!(c.smem_bytes <= MAX_WINDOW_BYTES, "{c}");
-            let last = c.row_ctas - 1;
+            assert!(c.tiling.ksteps_per_slice * (c.tiling.split - 1) < c.tiling.ksteps, "{c}");
+            assert!(c.tiling.ksteps_per_slice * c.tiling.split >= c.tiling.ksteps, "{c}");
+            assert!(c.tiling.grid * c.tiling.tiles_per_cta >= c.tiling.tiles && c.tiling.grid <= 132 * 2, "{c}");
+            assert!(c.tiling.window_ksteps * KSTEP_CHUNKS * c.chunk.bytes() / 4 <= STAGE_WORDS, "{c}");
+            assert!(c.tiling.smem_bytes <= MAX_WINDOW_BYTES, "{c}");
+            let last = c.tiling.row_ctas - 1;
             assert!((last / 4) * 128 + (last % 4) * 8 < m, "{c}");
         }
     }
@@ -332,11 +214,14 @@ mod tests {
     #[test]
     fn k16_path_and_row_ctas() {
         let c = cfg(7, 48, 1);
-        assert_eq!((c.symbol, c.chunk, c.row_ctas, c.ksteps), ("gemv_nvfp4_sm90_plain_k16", Chunk::B8, 1, 1));
+        assert_eq!(
+            (c.symbol, c.chunk, c.tiling.row_ctas, c.tiling.ksteps),
+            ("gemv_nvfp4_sm90_plain_k16", Chunk::B8, 1, 1)
+        );
         assert_eq!(cfg(7, 96, 1).symbol, "gemv_nvfp4_sm90_plain");
-        assert_eq!(cfg(40, 64, 1).row_ctas, 4); // rows 0..39: tile 3 holds rows 24..31
-        assert_eq!(cfg(17, 64, 1).row_ctas, 3);
-        assert_eq!(cfg(130, 64, 1).row_ctas, 5);
+        assert_eq!(cfg(40, 64, 1).tiling.row_ctas, 4); // rows 0..39: tile 3 holds rows 24..31
+        assert_eq!(cfg(17, 64, 1).tiling.row_ctas, 3);
+        assert_eq!(cfg(130, 64, 1).tiling.row_ctas, 5);
         assert_eq!(Chunk::B16.smem_per_chunk(), 72);
         assert_eq!(Chunk::B8.smem_per_chunk(), 36);
     }

@@ -11,16 +11,15 @@ use std::fmt;
 
 use cudarc::driver::CudaFunction;
 
-use super::device::{to_i32, DeviceOp, F16View, Keep, Nvfp4View, Workspace, WorkspaceNeeds};
+use super::device::{to_i32, DeviceOp, F16View, Nvfp4View, Workspace, WorkspaceNeeds};
 use super::family::{DeviceFacts, Kernels, Launch, Plan, Verdict};
+use super::gemv_launch::{takes, GemvLaunch, Operands};
 use super::gemv_tiling::Tiling;
 use super::kernels::gemv16::{
-    symbol, x_smem_per_chunk, Chunk, Gemv16Params, GEMV16, KSTEP_CHUNKS, MAX_WINDOW_BYTES, ROWS_PER_CTA,
-    STAGE_LOADS_PER_THREAD, THREADS,
+    symbol, x_smem_per_chunk, Chunk, GEMV16, KSTEP_CHUNKS, MAX_WINDOW_BYTES, STAGE_LOADS_PER_THREAD, THREADS,
 };
-use super::kernels::pdl_ready;
 use super::overrides::Overrides;
-use super::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
+use super::runtime::Gpu;
 use crate::format::{OutputDtype, ScaleLayout};
 use crate::ops::{Act, Op, OpMeta};
 use crate::{Error, Result};
@@ -79,43 +78,24 @@ impl Gemv16Config {
         Self { symbol, form, act, out, layout, chunk, nkl, tiling, sms }
     }
 
-    /// Workspace: split-K partial sums `[split, L, N]` f32 at scratch offset 0 and one arrival
-    /// counter per row tile and batch (none without split).
+    /// Workspace: [`Tiling::scratch`] of the `[L, N]` output.
     pub fn scratch(&self) -> WorkspaceNeeds {
         let (n, _, l) = self.nkl;
-        let t = &self.tiling;
-        if t.split > 1 {
-            WorkspaceNeeds { bytes: t.split * l * n * 4, counters: l * t.row_ctas }
-        } else {
-            WorkspaceNeeds::default()
-        }
+        self.tiling.scratch(n, l)
     }
 }
 
 impl fmt::Display for Gemv16Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (n, k, l) = self.nkl;
-        let t = &self.tiling;
         write!(
             f,
-            "{} ({:?} form) N={n} K={k} L={l}: {} B/thread/row/K-step, {} tiles of {ROWS_PER_CTA} rows x L {l} x \
-             split {} ({} of {} K-steps per slice), {} tiles, {} tile(s)/CTA, grid {} x {THREADS} ({} CTAs/SM x {} \
-             SMs), x window {} K-steps = {} B smem",
+            "{} ({:?} form) N={n} K={k} L={l}: {} B/thread/row/K-step, ",
             self.symbol,
             self.form,
-            self.chunk.bytes(),
-            t.row_ctas,
-            t.split,
-            t.ksteps_per_slice,
-            t.ksteps,
-            t.tiles,
-            t.tiles_per_cta,
-            t.grid,
-            t.ctas_per_sm,
-            self.sms,
-            t.window_ksteps,
-            t.smem_bytes,
-        )
+            self.chunk.bytes()
+        )?;
+        self.tiling.fmt_split(f, l, self.sms, "x")
     }
 }
 
@@ -131,17 +111,9 @@ pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, _: &Overrides) -> Resu
         return Ok(Verdict::Declines(format!("one activation row only (M = 1), has M = {}", x.shape[1])));
     }
     let out = c.map_or(x.dtype, |c| c.dtype);
-    let mut failure = None;
-    let config = Gemv16Config::choose(form, (w.rows, w.k, w.l), (x.dtype, w.layout, out), facts.sms(), |sym, smem| {
-        facts.ctas_per_sm(&GEMV16, sym, THREADS, smem).unwrap_or_else(|e| {
-            failure = Some(e);
-            1
-        })
-    });
-    match failure {
-        Some(e) => Err(e),
-        None => Ok(Verdict::Takes(Box::new(config))),
-    }
+    takes(facts, &GEMV16, |occupancy| {
+        Gemv16Config::choose(form, (w.rows, w.k, w.l), (x.dtype, w.layout, out), facts.sms(), occupancy)
+    })
 }
 
 impl Plan for Gemv16Config {
@@ -165,102 +137,63 @@ impl Plan for Gemv16Config {
             }
         };
         let f = k.function(&GEMV16, self.symbol)?;
-        Ok(Box::new(Gemv16Launch::bind(k.gpu(), self.clone(), f, (w, x), alpha, c, ws)?))
+        Ok(Box::new(bind(k.gpu(), self, f, (w, x), alpha, c, ws)?))
     }
 }
 
-/// A W4A16 GEMV bound to device operands, output and workspace.
-pub(crate) struct Gemv16Launch {
-    config: Gemv16Config,
+/// Binds `config` (from [`Gemv16Config::choose`]) and its kernel `func` to the weight `w`
+/// `[L, N, K]` (in the config's scale layout), the activation `x` `[L, 1, K]` (of the config's
+/// type), the output (`[L, N, 1]` or `[L, 1, N]` by the config's form, of its output type) and `ws`.
+fn bind(
+    gpu: &Gpu,
+    config: &Gemv16Config,
     func: CudaFunction,
-    params: Gemv16Params,
-    keep: Vec<Keep>,
-}
-
-impl Gemv16Launch {
-    /// Binds `config` (from [`Gemv16Config::choose`]) to the weight `w` `[L, N, K]` (in the
-    /// config's scale layout), the activation `x` `[L, 1, K]` (of the config's type), the output
-    /// (`[L, N, 1]` or `[L, 1, N]` by the config's form, of its output type) and `ws`.
-    pub fn bind(
-        gpu: &Gpu,
-        config: Gemv16Config,
-        func: CudaFunction,
-        (w, x): (&Nvfp4View, &F16View),
-        alpha: Option<f32>,
-        c: &F16View,
-        ws: &Workspace,
-    ) -> Result<Self> {
-        let (n, k, l) = config.nkl;
-        if (w.meta.l, w.meta.rows, w.meta.k) != (l, n, k) || x.shape != [l, 1, k] {
-            return Err(Error::Shape(format!(
-                "gemv16: weight {:?} and activation {:?} do not match (N, K, L) = {:?}",
-                w.meta, x.shape, config.nkl
-            )));
-        }
-        if w.meta.layout != config.layout {
-            return Err(Error::Shape(format!("gemv16: the weight's scales must be {:?}", config.layout)));
-        }
-        if (x.dtype, c.dtype) != (config.act, config.out) {
-            return Err(Error::Shape(format!(
-                "gemv16: a {} activation and a {} output need another kernel than {}",
-                x.dtype, c.dtype, config.symbol
-            )));
-        }
-        let want = match config.form {
-            Form::Gemv => [l, n, 1],
-            Form::Gemm => [l, 1, n],
-        };
-        if c.shape != want {
-            return Err(Error::Shape(format!("gemv16: output is {:?}, wants {want:?}", c.shape)));
-        }
-        if !x.addr.is_multiple_of(16) {
-            return Err(Error::Invalid("gemv16: the activation must be 16-byte aligned".into()));
-        }
-        to_i32(l * n, "gemv16: L * N")?;
-        to_i32(n * (k / 2), "gemv16: N * K / 2 (one batch of the weight)")?;
-        to_i32(l * k, "gemv16: L * K")?;
-        gpu.allow_smem(&func, config.tiling.smem_bytes)?;
-        let needs = config.scratch();
-        let t = &config.tiling;
-        let params = Gemv16Params {
-            w: w.values,
-            sfw: w.scales,
-            x: x.addr,
-            c: c.addr,
-            partial: if needs.bytes > 0 { ws.at(0, needs.bytes)? } else { 0 },
-            counters: if needs.counters > 0 { ws.counters(needs.counters)? } else { 0 },
-            // alpha x the weight's global scale, in f32 as the reference forms it (a dense
-            // activation's factor is 1), widened for the epilogue.
-            alpha: f64::from(alpha.unwrap_or(1.0) * w.meta.global_scale),
-            n: to_i32(n, "gemv16: N")?,
-            k: to_i32(k, "gemv16: K")?,
-            l: to_i32(l, "gemv16: L")?,
-            row_ctas: to_i32(t.row_ctas, "gemv16: row tiles")?,
-            split: to_i32(t.split, "gemv16: split")?,
-            ksteps_per_slice: to_i32(t.ksteps_per_slice, "gemv16: K-steps")?,
-            window_ksteps: to_i32(t.window_ksteps, "gemv16: window")?,
-            tiles: to_i32(t.tiles, "gemv16: tiles")?,
-            tiles_per_cta: to_i32(t.tiles_per_cta, "gemv16: tiles per CTA")?,
-            reserved: 0,
-        };
-        let keep = [w.keep(), x.keep(), c.keep(), Some(ws.keep())].into_iter().flatten().collect();
-        Ok(Self { config, func, params, keep })
+    (w, x): (&Nvfp4View, &F16View),
+    alpha: Option<f32>,
+    c: &F16View,
+    ws: &Workspace,
+) -> Result<GemvLaunch> {
+    let (n, k, l) = config.nkl;
+    if (w.meta.l, w.meta.rows, w.meta.k) != (l, n, k) || x.shape != [l, 1, k] {
+        return Err(Error::Shape(format!(
+            "gemv16: weight {:?} and activation {:?} do not match (N, K, L) = {:?}",
+            w.meta, x.shape, config.nkl
+        )));
     }
-}
-
-impl Launch for Gemv16Launch {
-    fn enqueue(&self, gpu: &Gpu, stream: StreamHandle, chain: bool) -> Result<()> {
-        let c = &self.config;
-        let options = LaunchOptions { dependent: chain && pdl_ready(c.symbol), cluster_x: 0 };
-        let shape = LaunchShape::linear(c.tiling.grid as u32, THREADS, c.tiling.smem_bytes as u32).with(options);
-        gpu.launch(stream, &self.func, shape, &self.params)
+    if w.meta.layout != config.layout {
+        return Err(Error::Shape(format!("gemv16: the weight's scales must be {:?}", config.layout)));
     }
-    fn first_symbol(&self) -> &'static str {
-        self.config.symbol
+    if (x.dtype, c.dtype) != (config.act, config.out) {
+        return Err(Error::Shape(format!(
+            "gemv16: a {} activation and a {} output need another kernel than {}",
+            x.dtype, c.dtype, config.symbol
+        )));
     }
-    fn keeps(&self) -> &[Keep] {
-        &self.keep
+    let want = match config.form {
+        Form::Gemv => [l, n, 1],
+        Form::Gemm => [l, 1, n],
+    };
+    if c.shape != want {
+        return Err(Error::Shape(format!("gemv16: output is {:?}, wants {want:?}", c.shape)));
     }
+    if !x.addr.is_multiple_of(16) {
+        return Err(Error::Invalid("gemv16: the activation must be 16-byte aligned".into()));
+    }
+    to_i32(l * n, "gemv16: L * N")?;
+    to_i32(n * (k / 2), "gemv16: N * K / 2 (one batch of the weight)")?;
+    to_i32(l * k, "gemv16: L * K")?;
+    let ops = Operands {
+        a: w.values,
+        sfa: w.scales,
+        b: x.addr,
+        sfb: 0,
+        c: c.addr,
+        // alpha x the weight's global scale, in f32 as the reference forms it (a dense
+        // activation's factor is 1), widened for the epilogue.
+        alpha: f64::from(alpha.unwrap_or(1.0) * w.meta.global_scale),
+        keep: [w.keep(), x.keep(), c.keep()].into_iter().flatten().collect(),
+    };
+    GemvLaunch::new(gpu, (config.symbol, &config.tiling), func, ops, config.nkl, ws, ("gemv16", "N"))
 }
 
 #[cfg(test)]

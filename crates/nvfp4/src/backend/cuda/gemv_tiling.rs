@@ -1,9 +1,13 @@
-//! The tiling both GEMV kernels share (kernels/gemv.cu, W4A4, and kernels/gemv16.cu, W4A16): row
-//! tiles of 32 rows, K-steps of 32 chunks, split-K, the persistent grid and the shared-memory
-//! window of the vector. Only the window's bytes per K-step and its largest size differ between
-//! them; the rest is this one deterministic heuristic, printable and tested without a GPU.
+//! The tiling both GEMV kernels share (kernels/gemv.cu, W4A4, and kernels/gemv16.cu, W4A16, over
+//! kernels/gemv_tiles.cuh): row tiles of 32 rows, K-steps of 32 chunks, split-K, the persistent
+//! grid and the shared-memory window of the vector. Only the window's bytes per K-step and its
+//! largest size differ between them; the rest is this one deterministic heuristic, its workspace
+//! and its printed form, tested without a GPU.
 
-use super::kernels::gemv::{Chunk, KSTEP_CHUNKS};
+use std::fmt;
+
+use super::device::WorkspaceNeeds;
+use super::kernels::gemv::{Chunk, KSTEP_CHUNKS, ROWS_PER_CTA, THREADS};
 
 /// One GEMV shape's work split.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,6 +86,38 @@ impl Tiling {
             smem_bytes: window_ksteps * kstep_smem,
             ctas_per_sm,
         }
+    }
+}
+
+impl Tiling {
+    /// Workspace of `rows` x `l` outputs: split-K partial sums `[split, L, rows]` f32 at scratch
+    /// offset 0 and one arrival counter per row tile and batch (none without split).
+    pub fn scratch(&self, rows: usize, l: usize) -> WorkspaceNeeds {
+        if self.split > 1 {
+            WorkspaceNeeds { bytes: self.split * l * rows * 4, counters: l * self.row_ctas }
+        } else {
+            WorkspaceNeeds::default()
+        }
+    }
+
+    /// The printed work split of a plan over `l` batches on `sms` SMs, after the family's own
+    /// words; `vector` names what the window holds.
+    pub(crate) fn fmt_split(&self, f: &mut fmt::Formatter<'_>, l: usize, sms: usize, vector: &str) -> fmt::Result {
+        write!(
+            f,
+            "{} tiles of {ROWS_PER_CTA} rows x L {l} x split {} ({} of {} K-steps per slice), {} tiles, {} \
+             tile(s)/CTA, grid {} x {THREADS} ({} CTAs/SM x {sms} SMs), {vector} window {} K-steps = {} B smem",
+            self.row_ctas,
+            self.split,
+            self.ksteps_per_slice,
+            self.ksteps,
+            self.tiles,
+            self.tiles_per_cta,
+            self.grid,
+            self.ctas_per_sm,
+            self.window_ksteps,
+            self.smem_bytes,
+        )
     }
 }
 

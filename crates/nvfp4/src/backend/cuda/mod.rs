@@ -40,6 +40,7 @@ pub mod family;
 pub mod floors;
 pub mod gemv;
 mod gemv16;
+mod gemv_launch;
 mod gemv_tiling;
 mod host;
 pub mod kernels;

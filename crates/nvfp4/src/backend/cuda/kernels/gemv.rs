@@ -59,29 +59,42 @@ impl Chunk {
 /// The `namespace gemv` part of generated.cuh: the sizes above that the kernel reads, and each
 /// chunk size's window bytes.
 pub fn cuda_sizes() -> String {
-    let mut s = String::from("namespace gemv {\n");
-    let consts: [(&str, usize); 5] = [
-        ("THREADS", THREADS as usize),
-        ("ROWS_PER_CTA", ROWS_PER_CTA),
-        ("KSTEP_CHUNKS", KSTEP_CHUNKS),
-        ("STAGE_WORDS_PER_THREAD", STAGE_WORDS_PER_THREAD),
-        ("STAGE_SCALES_PER_THREAD", STAGE_SCALES_PER_THREAD),
-    ];
+    sizes_namespace(
+        "gemv",
+        &[
+            ("THREADS", THREADS as usize),
+            ("ROWS_PER_CTA", ROWS_PER_CTA),
+            ("KSTEP_CHUNKS", KSTEP_CHUNKS),
+            ("STAGE_WORDS_PER_THREAD", STAGE_WORDS_PER_THREAD),
+            ("STAGE_SCALES_PER_THREAD", STAGE_SCALES_PER_THREAD),
+        ],
+        "a B window (backend/cuda/kernels/gemv.rs, Chunk::smem_per_chunk),\n// by bytes of A per lane per K-step",
+        Chunk::smem_per_chunk,
+    )
+}
+
+/// A GEMV family's namespace of generated.cuh: its `consts`, and `WindowChunk<CB>::BYTES`, the
+/// shared memory per chunk of `window` (a comment) for each chunk size.
+pub(super) fn sizes_namespace(
+    name: &str,
+    consts: &[(&str, usize)],
+    window: &str,
+    per_chunk: fn(Chunk) -> usize,
+) -> String {
+    let mut s = format!("namespace {name} {{\n");
     for (name, v) in consts {
         let _ = writeln!(s, "constexpr int {name} = {v};");
     }
-    s += "// Shared memory per chunk of a B window (backend/cuda/kernels/gemv.rs, Chunk::smem_per_chunk),\n\
-          // by bytes of A per lane per K-step.\n\
-          template <int CB>\nstruct WindowChunk;\n";
+    let _ = writeln!(s, "// Shared memory per chunk of {window}.\ntemplate <int CB>\nstruct WindowChunk;");
     for c in Chunk::ALL {
         let _ = writeln!(
             s,
             "template <> struct WindowChunk<{}> {{ static constexpr int BYTES = {}; }};",
             c.bytes(),
-            c.smem_per_chunk()
+            per_chunk(c)
         );
     }
-    s += "}  // namespace gemv\n";
+    let _ = writeln!(s, "}}  // namespace {name}");
     s
 }
 
@@ -102,17 +115,19 @@ pub static GEMV: KernelModule = KernelModule {
 };
 
 kernel_struct! {
-    /// The GEMV kernels' parameters.
+    /// The parameters of both GEMV kernels (gemv.cu, W4A4; gemv16.cu, W4A16): their skeleton
+    /// (gemv_tiles.cuh) reads the output, the workspace and the tiling from the same fields.
     pub(crate) struct GemvParams {
-        /// [L, M, K/2] packed e2m1
+        /// [L, M, K/2] packed e2m1: the NVFP4 matrix (W4A16: the weight)
         a: u64 => "const u8*",
         /// [L, M, K/16] e4m3 (plain) or [L, R, C, 512] (blocked)
         sfa: u64 => "const u8*",
-        /// [L, 1, K/2]
+        /// [L, 1, K/2] NVFP4; W4A16: [L, 1, K] f16 or bf16 (the kernel's activation type), 16-byte
+        /// aligned
         b: u64 => "const u8*",
-        /// [L, 1, K/16] or [L, 1, C, 512]
+        /// [L, 1, K/16] or [L, 1, C, 512]; W4A16: unused (0)
         sfb: u64 => "const u8*",
-        /// [L, M] f16, or bf16 in the `_bf16` kernels
+        /// [L, M] f16, or bf16 in the `_bf16` / `_to_bf16` kernels
         c: u64 => "u16*",
         /// [split, L, M] f32, split-K partial sums
         partial: u64 => "float*",
@@ -120,6 +135,7 @@ kernel_struct! {
         counters: u64 => "u32*",
         /// applied in f64 before the single rounding to the output type
         alpha: f64 => "double",
+        /// rows of the matrix (W4A16: N)
         m: i32 => "i32",
         k: i32 => "i32",
         l: i32 => "i32",
@@ -129,7 +145,7 @@ kernel_struct! {
         split: i32 => "i32",
         /// K-steps (32 chunks) per slice
         ksteps_per_slice: i32 => "i32",
-        /// K-steps of B held in shared memory at a time
+        /// K-steps of the vector held in shared memory at a time
         window_ksteps: i32 => "i32",
         /// row_ctas * l * split
         tiles: i32 => "i32",

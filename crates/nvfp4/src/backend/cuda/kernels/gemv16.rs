@@ -1,13 +1,11 @@
-//! kernels/gemv16.cu: the W4A16 GEMV (16-bit activation row times NVFP4 weights), its parameter
-//! struct, its kernel symbols and the sizes its host plan shares with it. The tiles, K-steps and
+//! kernels/gemv16.cu: the W4A16 GEMV (16-bit activation row times NVFP4 weights), its kernel
+//! symbols and the sizes its host plan shares with it. The tiles, K-steps and
 //! chunks are the W4A4 GEMV's (`super::gemv`), so one plan serves both; what differs is the shared
 //! memory a window of the activation takes and the staging's load slots. `cuda_sizes` writes them
-//! into generated.cuh, where gemv16.cu reads them.
-
-use std::fmt::Write;
+//! into generated.cuh, where gemv16.cu reads them; its parameter struct is the W4A4 GEMV's
+//! (`super::gemv::GemvParams`, read by the skeleton both kernels share).
 
 use super::module::KernelModule;
-use crate::backend::cuda::runtime::kernel_struct;
 use crate::format::{OutputDtype, ScaleLayout};
 
 pub use super::gemv::{Chunk, KSTEP_CHUNKS, ROWS_PER_CTA, THREADS};
@@ -28,29 +26,17 @@ pub fn x_smem_per_chunk(chunk: Chunk) -> usize {
 
 /// The `namespace gemv16` part of generated.cuh.
 pub fn cuda_sizes() -> String {
-    let mut s = String::from("namespace gemv16 {\n");
-    let consts: [(&str, usize); 4] = [
-        ("THREADS", THREADS as usize),
-        ("ROWS_PER_CTA", ROWS_PER_CTA),
-        ("KSTEP_CHUNKS", KSTEP_CHUNKS),
-        ("STAGE_LOADS_PER_THREAD", STAGE_LOADS_PER_THREAD),
-    ];
-    for (name, v) in consts {
-        let _ = writeln!(s, "constexpr int {name} = {v};");
-    }
-    s += "// Shared memory per chunk of an activation window (backend/cuda/kernels/gemv16.rs,\n\
-          // x_smem_per_chunk), by bytes of weights per thread per row per K-step.\n\
-          template <int CB>\nstruct WindowChunk;\n";
-    for c in Chunk::ALL {
-        let _ = writeln!(
-            s,
-            "template <> struct WindowChunk<{}> {{ static constexpr int BYTES = {}; }};",
-            c.bytes(),
-            x_smem_per_chunk(c)
-        );
-    }
-    s += "}  // namespace gemv16\n";
-    s
+    super::gemv::sizes_namespace(
+        "gemv16",
+        &[
+            ("THREADS", THREADS as usize),
+            ("ROWS_PER_CTA", ROWS_PER_CTA),
+            ("KSTEP_CHUNKS", KSTEP_CHUNKS),
+            ("STAGE_LOADS_PER_THREAD", STAGE_LOADS_PER_THREAD),
+        ],
+        "an activation window (backend/cuda/kernels/gemv16.rs,\n// x_smem_per_chunk), by bytes of weights per thread per row per K-step",
+        x_smem_per_chunk,
+    )
 }
 
 /// The kernel of a variant: activation type x scale layout x chunk (16 B when K % 32 == 0, else
@@ -87,41 +73,6 @@ const SYMBOLS: [&str; 16] = [
 /// The W4A16 GEMV kernels.
 pub static GEMV16: KernelModule =
     KernelModule { file: "gemv16.cu", source: include_str!("../../../../kernels/gemv16.cu"), symbols: &SYMBOLS };
-
-kernel_struct! {
-    /// The W4A16 GEMV kernels' parameters.
-    pub(crate) struct Gemv16Params {
-        /// [L, N, K/2] packed e2m1
-        w: u64 => "const u8*",
-        /// [L, N, K/16] e4m3 (plain) or [L, R, C, 512] (blocked)
-        sfw: u64 => "const u8*",
-        /// [L, 1, K] f16 or bf16 (the kernel's activation type), 16-byte aligned
-        x: u64 => "const u8*",
-        /// [L, N] f16, or bf16 in the `_to_bf16` kernels
-        c: u64 => "u16*",
-        /// [split, L, N] f32, split-K partial sums
-        partial: u64 => "float*",
-        /// [L, row_ctas], zero between launches
-        counters: u64 => "u32*",
-        /// applied in f64 before the single rounding to the output type
-        alpha: f64 => "double",
-        n: i32 => "i32",
-        k: i32 => "i32",
-        l: i32 => "i32",
-        /// row tiles per batch (4 per 128 rows)
-        row_ctas: i32 => "i32",
-        /// K slices
-        split: i32 => "i32",
-        /// K-steps (32 chunks) per slice
-        ksteps_per_slice: i32 => "i32",
-        /// K-steps of x held in shared memory at a time
-        window_ksteps: i32 => "i32",
-        /// row_ctas * l * split
-        tiles: i32 => "i32",
-        tiles_per_cta: i32 => "i32",
-        reserved: i32 => "i32",
-    }
-}
 
 #[cfg(test)]
 mod tests {

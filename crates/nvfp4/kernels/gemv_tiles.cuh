@@ -1,0 +1,147 @@
+// gemv_tiles.cuh: the skeleton both GEMV kernels run (gemv.cu, W4A4; gemv16.cu, W4A16): the
+// persistent walk over work tiles, the windows of the vector staged in shared memory, the
+// register double buffer over K-steps, and the epilogue with its split-K fixup. What it does not
+// know is the family's part, a small struct `K` (gemv.cu's `W4A4`, gemv16.cu's `W4A16`):
+//
+//   K::CB (bytes of the matrix per thread per row per K-step), K::OUT_BF16
+//   K::Cursor (where a thread reads the matrix; advance() moves it one K-step), K::Data (one
+//   K-step's matrix data of a thread), K::Acc (its accumulators, zero-initialised)
+//   K::first_chunk(warp, lane)           the first chunk of a K-step the thread's warp group reads
+//   K::own_chunk(lane)                   the thread's chunk from there (first + own: its chunk)
+//   K::row_residue(warp, lane)           r in the thread's rows K::row(rc, row0, q, r), q = 0..3
+//   K::row(rc, row0, q, r)               row 128 (rc / 4) + 32 q + 8 (rc % 4) + r of row tile rc
+//                                        (row0: 128 (rc / 4) + 8 (rc % 4))
+//   K::cursor(p, l, row, chunk)          the cursor of batch l, rows `row`, at chunk `chunk`
+//   K::stage(p, smem, wc, l, c0, c1, chunks)   the vector's chunks [c0, c1) into the window
+//   K::load(cur, x, ok, pol)             a K-step's matrix data (nothing or zeros when !ok)
+//   K::compute(x, smem, wc, cl, acc)     acc += x times window chunk cl
+//   K::reduce(acc, warp, lane)           the row totals: an `Out` per thread
+//   K::scale(p)                          the factor applied in f64 before the one rounding
+//
+// The work (backend/cuda/gemv_tiling.rs plans it): a tile is 32 rows of one batch, rows
+// 128*t + 32*q + 8*(tile%4) + r, q = 0..3, r = 0..7 (in the blocked scale layout a thread's
+// 4 rows share one 16 B scale group); K is walked in K-steps of 32 chunks, one K range (slice) per
+// tile when split-K. CTA b runs tiles [b * tiles_per_cta, (b + 1) * tiles_per_cta).
+#pragma once
+#include "ptx.cuh"
+#include "output.cuh"
+#include "generated.cuh"
+
+namespace gemv_tiles {
+
+using gemv::KSTEP_CHUNKS;
+constexpr int ROWS_PER_THREAD = 4;  // q = 0..3
+static_assert(4 * gemv::ROWS_PER_CTA == 128 && gemv::ROWS_PER_CTA == 8 * ROWS_PER_THREAD, "row tiles");
+static_assert(KSTEP_CHUNKS == 32, "a K-step is 32 chunks");
+
+// One thread's share of a tile's totals: `total` is the sum of row K::row(rc, row0, q, r) when
+// `holds`.
+struct Out {
+  float total;
+  int q, r;
+  bool holds;
+};
+
+template <class K>
+__device__ void run(const GemvParams& p) {
+  extern __shared__ __align__(16) u8 smem[];
+  __shared__ u32 s_last;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int first = K::first_chunk(warp, lane), own = K::own_chunk(lane), residue = K::row_residue(warp, lane);
+  const int chunks = p.k / 2 / K::CB;
+  const int ksteps = (chunks + KSTEP_CHUNKS - 1) / KSTEP_CHUNKS;
+  const int wc = p.window_ksteps * KSTEP_CHUNKS;  // chunks per shared-memory window
+  const u64 pol = ptx::policy_evict_first();
+  int staged = -1;  // (batch, slice) whose vector is in shared memory, when it fits one window
+
+  const int t_begin = blockIdx.x * p.tiles_per_cta;
+  const int t_end = min(t_begin + p.tiles_per_cta, p.tiles);
+  for (int tile = t_begin; tile < t_end; ++tile) {
+    const int slice = tile % p.split, rest = tile / p.split;
+    const int rc = rest % p.row_ctas, l = rest / p.row_ctas;
+    const int row0 = (rc / 4) * 128 + (rc % 4) * 8;
+    int row[ROWS_PER_THREAD];
+#pragma unroll
+    for (int q = 0; q < ROWS_PER_THREAD; ++q) row[q] = K::row(rc, row0, q, residue);
+    const int ks0 = slice * p.ksteps_per_slice;
+    const int ks1 = min(ks0 + p.ksteps_per_slice, ksteps);
+    const bool one_window = ks1 - ks0 <= p.window_ksteps;
+    typename K::Acc acc = {};
+
+    for (int ws = ks0; ws < ks1; ws += p.window_ksteps) {
+      const int we = min(ws + p.window_ksteps, ks1);
+      const int key = l * p.split + slice;
+      typename K::Cursor cur = K::cursor(p, l, row, ws * KSTEP_CHUNKS + first + own);
+      if (!one_window || staged != key) {
+        // NOTE: programmatic dependent launch. Until `griddepcontrol.wait` returns, the previous
+        // kernel on the stream may still run (it may be writing the vector, the activations of a
+        // decode step), so nothing is read or written before it: the vector, the output and the
+        // split-K workspace all come after a CTA's first wait (its first window always stages the
+        // vector; later waits return at once). Then the next kernel may launch: its CTAs take SM
+        // slots as ours retire. Without the launch attribute both are no-ops.
+        // NOTE: no L2 prefetch of the matrix here or ahead of the loads (v9 requested a window's
+        // first 4 K-steps before staging B): on the H200 every L2 prefetch variant measured
+        // slower, in both protocols (NOTES.md, "GEMV floor"); dropping v9's made the graph
+        // protocol 3-9% faster.
+        ptx::wait_prerequisites();
+        ptx::launch_dependents();
+        __syncthreads();  // every warp is done with the previous window
+        K::stage(p, smem, wc, l, ws * KSTEP_CHUNKS, we * KSTEP_CHUNKS, chunks);
+        __syncthreads();
+        staged = one_window ? key : -1;
+      }
+      // Register double buffering: K-step ks + 1 is loading while ks is computed. The group's
+      // first chunk decides whether a K-step is computed (W4A16: the MMA needs all 32 lanes, so
+      // the test is per warp, and a lane past K within a live warp multiplies zeros); the
+      // thread's own chunk whether it loads.
+      typename K::Data x0, x1;
+      K::load(cur, x0, ws * KSTEP_CHUNKS + first + own < chunks, pol);
+      cur.advance();
+      for (int ks = ws; ks < we; ks += 2) {
+        const int c0 = ks * KSTEP_CHUNKS + first, c1 = c0 + KSTEP_CHUNKS;
+        K::load(cur, x1, ks + 1 < we && c1 + own < chunks, pol);
+        cur.advance();
+        if (c0 < chunks) K::compute(x0, smem, wc, c0 + own - ws * KSTEP_CHUNKS, acc);
+        if (ks + 1 >= we) break;
+        K::load(cur, x0, ks + 2 < we && c1 + KSTEP_CHUNKS + own < chunks, pol);
+        cur.advance();
+        if (c1 < chunks) K::compute(x1, smem, wc, c1 + own - ws * KSTEP_CHUNKS, acc);
+      }
+    }
+
+    // Epilogue: one total per row, then f16 or bf16 (or an f32 partial when split).
+    const Out o = K::reduce(acc, warp, lane);
+    const int my_row = K::row(rc, row0, o.q, o.r);
+    const bool writer = o.holds && my_row < p.m;
+    const double scale = K::scale(p);
+    if (p.split == 1) {
+      if (writer) p.c[(i64)l * p.m + my_row] = out::of_f64((double)o.total * scale, K::OUT_BF16);
+      continue;
+    }
+    // Split-K: each slice writes f32 partials; the last CTA of a row tile (an atomic counter,
+    // reset by that CTA) adds them in slice order (deterministic).
+    if (writer) p.partial[((i64)slice * p.l + l) * p.m + my_row] = o.total;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const u32 arrived = atomicAdd(p.counters + (i64)l * p.row_ctas + rc, 1u);
+      s_last = arrived == (u32)p.split - 1;
+    }
+    __syncthreads();
+    if (s_last) {
+      __threadfence();
+      if (threadIdx.x < 32) {
+        const int r = K::row(rc, row0, threadIdx.x / 8, threadIdx.x % 8);  // tile row threadIdx.x
+        if (r < p.m) {
+          float sum = 0.f;
+          for (int s = 0; s < p.split; ++s) sum += ptx::ld_cg_f32(p.partial + ((i64)s * p.l + l) * p.m + r);
+          p.c[(i64)l * p.m + r] = out::of_f64((double)sum * scale, K::OUT_BF16);
+        }
+      }
+      if (threadIdx.x == 0) p.counters[(i64)l * p.row_ctas + rc] = 0;  // ready for the next launch
+    }
+  }
+}
+
+}  // namespace gemv_tiles

@@ -1,0 +1,114 @@
+//! What both GEMV families (gemv.rs, W4A4; gemv16.rs, W4A16) do alike around their plans: the
+//! route's occupancy question, and the bound launch. Their kernels share one skeleton
+//! (kernels/gemv_tiles.cuh), one parameter struct ([`GemvParams`]) and one launch shape; only the
+//! operands' checks and addresses are each family's.
+
+use cudarc::driver::CudaFunction;
+
+use super::device::{to_i32, Keep, Workspace};
+use super::family::{DeviceFacts, Launch, Plan, Verdict};
+use super::gemv_tiling::Tiling;
+use super::kernels::gemv::{GemvParams, THREADS};
+use super::kernels::pdl_ready;
+use super::kernels::KernelModule;
+use super::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
+use crate::Result;
+
+/// The verdict of a GEMV family that takes the operation: the plan `choose` makes, given the
+/// number of CTAs of a kernel of `module` (by symbol and dynamic shared memory) that fit one SM.
+/// The driver's error, if asking it failed, instead.
+pub(crate) fn takes<C: Plan + 'static>(
+    facts: &dyn DeviceFacts,
+    module: &'static KernelModule,
+    choose: impl FnOnce(&mut dyn FnMut(&'static str, usize) -> usize) -> C,
+) -> Result<Verdict> {
+    let mut failure = None;
+    let config = choose(&mut |symbol, smem| {
+        facts.ctas_per_sm(module, symbol, THREADS, smem).unwrap_or_else(|e| {
+            failure = Some(e);
+            1
+        })
+    });
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(Verdict::Takes(Box::new(config))),
+    }
+}
+
+/// What a family binds a GEMV to: device addresses (the matrix `a`, the vector `b`, their scales;
+/// 0 where the kernel reads none) and the output `c`, alpha as the kernel applies it, and what
+/// keeps the operands alive.
+pub(crate) struct Operands {
+    pub a: u64,
+    pub sfa: u64,
+    pub b: u64,
+    pub sfb: u64,
+    pub c: u64,
+    pub alpha: f64,
+    pub keep: Vec<Keep>,
+}
+
+/// A GEMV bound to device operands, output and workspace.
+pub(crate) struct GemvLaunch {
+    symbol: &'static str,
+    grid: usize,
+    smem_bytes: usize,
+    func: CudaFunction,
+    params: GemvParams,
+    keep: Vec<Keep>,
+}
+
+impl GemvLaunch {
+    /// Binds kernel `func` (`symbol`, planned as `tiling` for `(m, k, l)`: rows, K, batches) to
+    /// `ops` and the workspace `ws`. The family has checked the operands; `names` (the family,
+    /// its name for the rows) word an index that does not fit the kernel's 32 bits.
+    pub(crate) fn new(
+        gpu: &Gpu,
+        (symbol, tiling): (&'static str, &Tiling),
+        func: CudaFunction,
+        ops: Operands,
+        (m, k, l): (usize, usize, usize),
+        ws: &Workspace,
+        (family, rows): (&str, &str),
+    ) -> Result<Self> {
+        gpu.allow_smem(&func, tiling.smem_bytes)?;
+        let needs = tiling.scratch(m, l);
+        let int = |x: usize, what: &str| to_i32(x, &format!("{family}: {what}"));
+        let params = GemvParams {
+            a: ops.a,
+            sfa: ops.sfa,
+            b: ops.b,
+            sfb: ops.sfb,
+            c: ops.c,
+            partial: if needs.bytes > 0 { ws.at(0, needs.bytes)? } else { 0 },
+            counters: if needs.counters > 0 { ws.counters(needs.counters)? } else { 0 },
+            alpha: ops.alpha,
+            m: int(m, rows)?,
+            k: int(k, "K")?,
+            l: int(l, "L")?,
+            row_ctas: int(tiling.row_ctas, "row tiles")?,
+            split: int(tiling.split, "split")?,
+            ksteps_per_slice: int(tiling.ksteps_per_slice, "K-steps")?,
+            window_ksteps: int(tiling.window_ksteps, "window")?,
+            tiles: int(tiling.tiles, "tiles")?,
+            tiles_per_cta: int(tiling.tiles_per_cta, "tiles per CTA")?,
+            reserved: 0,
+        };
+        let keep = ops.keep.into_iter().chain([ws.keep()]).collect();
+        Ok(Self { symbol, grid: tiling.grid, smem_bytes: tiling.smem_bytes, func, params, keep })
+    }
+}
+
+impl Launch for GemvLaunch {
+    fn enqueue(&self, gpu: &Gpu, stream: StreamHandle, chain: bool) -> Result<()> {
+        let options = LaunchOptions { dependent: chain && pdl_ready(self.symbol), cluster_x: 0 };
+        let shape = LaunchShape::linear(self.grid as u32, THREADS, self.smem_bytes as u32).with(options);
+        gpu.launch(stream, &self.func, shape, &self.params)
+    }
+    fn first_symbol(&self) -> &'static str {
+        self.symbol
+    }
+    fn keeps(&self) -> &[Keep] {
+        &self.keep
+    }
+}
