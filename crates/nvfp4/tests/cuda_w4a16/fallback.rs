@@ -47,7 +47,9 @@ fn check_fallback(
     what: &str,
 ) -> Vec<nvfp4::OutTensor> {
     let (_, route) = w.run(b, out, None);
-    assert!(route.contains(&format!("_w4a16{act}_sm90_mma [")), "{what}: not the fallback: {route}");
+    // Kernel symbols name the type short (`bf16`, `f16`); OutputDtype displays as torch does.
+    let short = if act == OutputDtype::Bf16 { "bf16" } else { "f16" };
+    assert!(route.contains(&format!("_w4a16{short}_sm90_mma [")), "{what}: not the fallback: {route}");
     check(b, w, out, rule, what)
 }
 
