@@ -7,6 +7,7 @@
 //! operation would need but the host does not have).
 
 mod act;
+mod cpu;
 mod cuda;
 mod error;
 mod moe;

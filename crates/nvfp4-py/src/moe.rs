@@ -6,10 +6,11 @@
 
 use nvfp4::backend::cuda::{DeviceOp, I32View};
 use nvfp4::ops::{Act, Op};
-use nvfp4::{Backend, CpuBackend, MoeGemm};
+use nvfp4::MoeGemm;
 use pyo3::prelude::*;
 
 use crate::act;
+use crate::cpu::on_cpu;
 use crate::error::{dtype, value, IntoPy, PyResult};
 use crate::operand::{check_out, out_dtype, out_view};
 use crate::ops::{check_alpha, key, launch, validate, Call};
@@ -75,18 +76,14 @@ pub fn grouped_gemm_moe(
             let ends: Vec<i32> =
                 offsets.host_bytes(4)?.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
             let (bh, dtype) = (b.to_host()?, out_dtype(&out));
-            let (c, routed) = match act::to_host(&a)? {
-                Act::Nvfp4(ah) => {
-                    let p = MoeGemm::new(ah, bh, ends, alpha).py()?;
-                    let routed = p.routed_tokens();
-                    (py.detach(move || CpuBackend.moe_gemm_as(&p, dtype)).py()?, routed)
-                }
-                Act::Dense(ah) => {
-                    let p = MoeGemm::new(ah, bh, ends, alpha).py()?;
-                    let routed = p.routed_tokens();
-                    (py.detach(move || CpuBackend.moe_gemm16_as(&p, dtype)).py()?, routed)
-                }
-            };
+            let (routed, c) = on_cpu!(
+                py,
+                &a,
+                |ah| MoeGemm::new(ah, bh, ends, alpha),
+                moe_gemm_as / moe_gemm16_as,
+                dtype,
+                MoeGemm::routed_tokens
+            );
             out.write_host_prefix(&c.to_le_bytes()[..routed * n * 2], 2)
         }
         Device::Cuda(d) => {

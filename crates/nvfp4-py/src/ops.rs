@@ -4,11 +4,12 @@
 
 use nvfp4::backend::cuda::{DeviceOp, F16View, GemmViews, Nvfp4View};
 use nvfp4::ops::{Act, Group, Op, OpMeta};
-use nvfp4::{Backend, CpuBackend, DualGemm, Gemm, Gemv, OutputDtype, ScaleLayout};
+use nvfp4::{DualGemm, Gemm, Gemv, OutputDtype, ScaleLayout};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use crate::act::{self, ActViews, Activation, Dense};
+use crate::cpu::on_cpu;
 use crate::cuda::launch_cached;
 use crate::error::{value, IntoPy, PyResult};
 use crate::operand::{check_out, out_dtype, out_view, parse_layout, Operand};
@@ -182,16 +183,7 @@ pub fn gemm(
     match call.device() {
         Device::Cpu => {
             let (bh, dtype) = (b.to_host()?, out_dtype(&out));
-            let c = match act::to_host(&a)? {
-                Act::Nvfp4(ah) => {
-                    let p = Gemm::new(ah, bh, alpha).py()?;
-                    py.detach(move || CpuBackend.gemm_as(&p, dtype)).py()?
-                }
-                Act::Dense(ah) => {
-                    let p = Gemm::new(ah, bh, alpha).py()?;
-                    py.detach(move || CpuBackend.gemm16_as(&p, dtype)).py()?
-                }
-            };
+            let c = on_cpu!(py, &a, |ah| Gemm::new(ah, bh, alpha), gemm_as / gemm16_as, dtype);
             out.write_host(&c.to_le_bytes(), 2)
         }
         Device::Cuda(d) => {
@@ -235,16 +227,7 @@ pub fn gemv(
     match call.device() {
         Device::Cpu => {
             let (ah, dtype) = (a.to_host()?, out_dtype(&out));
-            let c = match act::to_host(&b)? {
-                Act::Nvfp4(bh) => {
-                    let p = Gemv::new(ah, bh, alpha).py()?;
-                    py.detach(move || CpuBackend.gemv_as(&p, dtype)).py()?
-                }
-                Act::Dense(bh) => {
-                    let p = Gemv::new(ah, bh, alpha).py()?;
-                    py.detach(move || CpuBackend.gemv16_as(&p, dtype)).py()?
-                }
-            };
+            let c = on_cpu!(py, &b, |bh| Gemv::new(ah, bh, alpha), gemv_as / gemv16_as, dtype);
             out.write_host(&c.to_le_bytes(), 2)
         }
         Device::Cuda(d) => {
@@ -284,16 +267,7 @@ pub fn dual_gemm(
     match call.device() {
         Device::Cpu => {
             let (b1h, b2h, dtype) = (b1.to_host()?, b2.to_host()?, out_dtype(&out));
-            let c = match act::to_host(&a)? {
-                Act::Nvfp4(ah) => {
-                    let p = DualGemm::new(ah, b1h, b2h, alpha).py()?;
-                    py.detach(move || CpuBackend.dual_gemm_as(&p, dtype)).py()?
-                }
-                Act::Dense(ah) => {
-                    let p = DualGemm::new(ah, b1h, b2h, alpha).py()?;
-                    py.detach(move || CpuBackend.dual_gemm16_as(&p, dtype)).py()?
-                }
-            };
+            let c = on_cpu!(py, &a, |ah| DualGemm::new(ah, b1h, b2h, alpha), dual_gemm_as / dual_gemm16_as, dtype);
             out.write_host(&c.to_le_bytes(), 2)
         }
         Device::Cuda(d) => {
@@ -373,16 +347,7 @@ pub fn grouped_gemm(
             // dtype: a list may mix them.
             for ((a, b, out, _), al) in ops.iter().zip(&alphas) {
                 let (bh, dtype) = (b.to_host()?, out_dtype(out));
-                let c = match act::to_host(a)? {
-                    Act::Nvfp4(ah) => {
-                        let p = Gemm::new(ah, bh, *al).py()?;
-                        py.detach(move || CpuBackend.gemm_as(&p, dtype)).py()?
-                    }
-                    Act::Dense(ah) => {
-                        let p = Gemm::new(ah, bh, *al).py()?;
-                        py.detach(move || CpuBackend.gemm16_as(&p, dtype)).py()?
-                    }
-                };
+                let c = on_cpu!(py, a, |ah| Gemm::new(ah, bh, *al), gemm_as / gemm16_as, dtype);
                 out.write_host(&c.to_le_bytes(), 2)?;
             }
             Ok(())
