@@ -34,20 +34,30 @@ struct ActDense {
 // NOTE: the MoE kernels say 1 CTA per SM at least (the plain bound is the same 128 threads): with
 // the plain bound ptxas held them to 128 registers and spilled; so they take 160, as the GEMM.
 
-// The three kernels of activation type T (bf16 or f16; BF16 says which).
-#define NVFP4_FALLBACK16(T, BF16)                                                                       \
-  extern "C" __global__ void __launch_bounds__(mma::THREADS)                                           \
-      gemm_w4a16##T##_sm90_mma(const __grid_constant__ MmaParams p) {                                   \
-    fb::gemm_body<ActDense<BF16>, false, false>(p.count == 1 ? &p.one : p.problems, p.count);         \
-  }                                                                                                     \
-  extern "C" __global__ void __launch_bounds__(mma::THREADS)                                           \
-      dual_gemm_w4a16##T##_sm90_mma(const __grid_constant__ MmaParams p) {                              \
-    fb::gemm_body<ActDense<BF16>, true, false>(p.count == 1 ? &p.one : p.problems, p.count);          \
-  }                                                                                                     \
-  extern "C" __global__ void __launch_bounds__(mma::THREADS, 1)                                        \
-      grouped_gemm_w4a16##T##_sm90_mma(const __grid_constant__ MmaParams p) {                           \
-    fb::gemm_body<ActDense<BF16>, false, true>(&p.one, 1);                                              \
-  }
+// bf16 activations.
+extern "C" __global__ void __launch_bounds__(mma::THREADS)
+    gemm_w4a16bf16_sm90_mma(const __grid_constant__ MmaParams p) {
+  fb::gemm_body<ActDense<true>, false, false>(p.count == 1 ? &p.one : p.problems, p.count);
+}
+extern "C" __global__ void __launch_bounds__(mma::THREADS)
+    dual_gemm_w4a16bf16_sm90_mma(const __grid_constant__ MmaParams p) {
+  fb::gemm_body<ActDense<true>, true, false>(p.count == 1 ? &p.one : p.problems, p.count);
+}
+extern "C" __global__ void __launch_bounds__(mma::THREADS, 1)
+    grouped_gemm_w4a16bf16_sm90_mma(const __grid_constant__ MmaParams p) {
+  fb::gemm_body<ActDense<true>, false, true>(&p.one, 1);
+}
 
-NVFP4_FALLBACK16(bf16, true)
-NVFP4_FALLBACK16(f16, false)
+// f16 activations.
+extern "C" __global__ void __launch_bounds__(mma::THREADS)
+    gemm_w4a16f16_sm90_mma(const __grid_constant__ MmaParams p) {
+  fb::gemm_body<ActDense<false>, false, false>(p.count == 1 ? &p.one : p.problems, p.count);
+}
+extern "C" __global__ void __launch_bounds__(mma::THREADS)
+    dual_gemm_w4a16f16_sm90_mma(const __grid_constant__ MmaParams p) {
+  fb::gemm_body<ActDense<false>, true, false>(p.count == 1 ? &p.one : p.problems, p.count);
+}
+extern "C" __global__ void __launch_bounds__(mma::THREADS, 1)
+    grouped_gemm_w4a16f16_sm90_mma(const __grid_constant__ MmaParams p) {
+  fb::gemm_body<ActDense<false>, false, true>(&p.one, 1);
+}
