@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use nvfp4::backend::cuda::{kernel_reports_to, KernelReport, DEFAULT_ARCH};
+use nvfp4::backend::cuda::{kernel_reports_of, KernelReport, DEFAULT_ARCH};
 use nvfp4::Error;
 
 use crate::console::{errln, out, outln};
@@ -24,6 +24,9 @@ pub struct Args {
     /// appears whole or not at all.
     #[arg(long, value_name = "DIR")]
     cubin_dir: Option<PathBuf>,
+    /// Only the kernel files whose name contains this text (e.g. `w4a16bf16`).
+    #[arg(long, value_name = "TEXT", default_value = "")]
+    only: String,
 }
 
 fn table(reports: &[KernelReport]) -> String {
@@ -50,7 +53,7 @@ fn table(reports: &[KernelReport]) -> String {
 
 pub fn main(args: Args) -> Outcome {
     // Each CUBIN is written to a temporary file and renamed into place: whole or not at all.
-    let reports = kernel_reports_to(&args.arch, args.cubin_dir.as_deref())?;
+    let reports = kernel_reports_of(&args.arch, args.cubin_dir.as_deref(), &args.only)?;
     let spilling: Vec<&KernelReport> = reports.iter().filter(|r| r.spills()).collect();
     if args.json {
         let doc = serde_json::json!({

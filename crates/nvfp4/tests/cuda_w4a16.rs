@@ -16,8 +16,8 @@
 
 use cudarc::driver::CudaStream;
 use nvfp4::backend::cuda::sm90::Op;
-use nvfp4::backend::cuda::{CudaBackend, DeviceF16, DeviceOp, GemmViews};
-use nvfp4::format::{quantize, GlobalScale};
+use nvfp4::backend::cuda::{CudaBackend, DeviceF16, DeviceNvfp4, DeviceOp, DevicePacked, GemmViews, Nvfp4View};
+use nvfp4::format::{quantize, GlobalScale, PackAct};
 use nvfp4::ops::Act;
 use nvfp4::problem::{generate, Problem, Rng, Shape};
 use nvfp4::{
@@ -30,6 +30,9 @@ use common::{gpu, with_forced};
 // The mma.sync fallback's shapes (cuda_w4a16/fallback.rs).
 #[path = "cuda_w4a16/fallback.rs"]
 mod fallback;
+// The weights' packed form (cuda_w4a16/packed.rs).
+#[path = "cuda_w4a16/packed.rs"]
+mod packed;
 
 const TYPES: [OutputDtype; 2] = [OutputDtype::Bf16, OutputDtype::F16];
 const LAYOUTS: [ScaleLayout; 2] = [ScaleLayout::Plain, ScaleLayout::Blocked];
@@ -140,10 +143,19 @@ impl W16 {
     /// Uploads the operands, binds the operation with outputs of `out` and launches it twice on
     /// `stream` (the backend's own when `None`), the outputs NaN-filled before each launch:
     /// both launches' outputs and the route.
-    fn run(&self, b: &CudaBackend, out: OutputDtype, stream: Option<&CudaStream>) -> (Vec<Vec<OutTensor>>, String) {
+    /// `packed`: every weight also carries its packed form for the activation's type
+    /// (format/w16_pack.rs), which the GEMM and grouped kernels then read.
+    fn run(
+        &self,
+        b: &CudaBackend,
+        out: OutputDtype,
+        stream: Option<&CudaStream>,
+        packed: bool,
+    ) -> (Vec<Vec<OutTensor>>, String) {
         let alloc = |shape| b.alloc_output_as(shape, out).unwrap();
         let dense = |t: &OutTensor| b.upload_dense(t).unwrap();
-        let nv = |t: &Nvfp4Tensor| b.upload(t).unwrap();
+        let act = if self.activation_dtype() == OutputDtype::Bf16 { PackAct::Bf16 } else { PackAct::F16 };
+        let nv = |t: &Nvfp4Tensor| Weight(b.upload(t).unwrap(), packed.then(|| b.upload_packed(t, act).unwrap()));
         let (outs, op): (Vec<DeviceF16>, _) = match self {
             W16::Gemm(g) => {
                 let (a, w) = (dense(&g.a), nv(&g.b));
@@ -211,6 +223,30 @@ impl W16 {
     }
 }
 
+/// An uploaded weight and, optionally, its packed form: its view carries both.
+struct Weight(DeviceNvfp4, Option<DevicePacked>);
+
+impl Weight {
+    fn view(&self) -> Nvfp4View {
+        match &self.1 {
+            Some(p) => self.0.view().with_packed(p).unwrap(),
+            None => self.0.view(),
+        }
+    }
+}
+
+impl W16 {
+    /// The activations' type.
+    fn activation_dtype(&self) -> OutputDtype {
+        match self {
+            W16::Gemm(g) => g.a.dtype(),
+            W16::Dual(d) => d.a.dtype(),
+            W16::Grouped(g) => g.groups[0].a.dtype(),
+            W16::Moe(m) => m.a.dtype(),
+        }
+    }
+}
+
 /// How outputs are compared.
 #[derive(Clone, Copy)]
 enum Rule {
@@ -244,9 +280,14 @@ fn differences(got: &OutTensor, want: &OutTensor, rule: Rule) -> Vec<(usize, f32
 /// (the dual GEMM under the tolerance always: its SiLU is approximate in f32, so a few f32 ulp
 /// can cross a rounding boundary of the output type).
 fn check(b: &CudaBackend, w: &W16, out: OutputDtype, rule: Rule, what: &str) -> Vec<OutTensor> {
+    check_as(b, w, out, rule, what, false)
+}
+
+/// [`check`], with the weights' packed forms attached when `packed`.
+fn check_as(b: &CudaBackend, w: &W16, out: OutputDtype, rule: Rule, what: &str, packed: bool) -> Vec<OutTensor> {
     let rule = if matches!(w, W16::Dual(_)) { Rule::Tolerance } else { rule };
     let want = w.reference(out);
-    let (got, route) = w.run(b, out, None);
+    let (got, route) = w.run(b, out, None, packed);
     for (launch, outs) in got.iter().enumerate() {
         assert_eq!(outs.len(), want.len(), "{what}");
         for (i, (g, x)) in outs.iter().zip(&want).enumerate() {
@@ -466,7 +507,7 @@ fn launches_behind_busy_work_on_a_side_stream() {
         let w = W16::make(shape, dtype, LAYOUTS[i % 2], Data::Exact, 400 + i as u64);
         let want = w.reference(dtype);
         let busy = make_busy(&b, &side, 10);
-        let (got, route) = w.run(&b, dtype, Some(&side));
+        let (got, route) = w.run(&b, dtype, Some(&side), false);
         drop(busy);
         // The dual GEMM's gate is not exact in f32 (silu's exponential): SPEC §4's tolerance,
         // as in `check`.

@@ -28,9 +28,11 @@ constexpr int ACT_bf16 = 2;
 //   bars             full_w, empty_w [RAW_STAGES]; full_x, empty_x [X_STAGES]; flag (8 B);
 //                    fixup (the mbarrier of the staged split-K sum); kred, kgo (the cluster
 //                    sum of K pieces: partials landed, may send)
-template <int PARTS_, int WM_, int BN_, int ACT_ = ACT_NVFP4>
+// PACKED: W comes in the packed form of W4A16 (format/w16_pack.rs, sm90/mainloop_packed.cuh).
+template <int PARTS_, int WM_, int BN_, int ACT_ = ACT_NVFP4, bool PACKED_ = false>
 struct Cfg {
   static constexpr int ACT = ACT_;
+  static constexpr bool PACKED = PACKED_;
   static constexpr int PARTS = PARTS_;
   static constexpr int WM = WM_;
   static constexpr int BN = BN_;
@@ -51,6 +53,7 @@ struct Cfg {
   static constexpr int BAR_BYTES = (2 * RAW_STAGES + 2 * X_STAGES) * 8 + 32;
 
   static_assert(ACT == ACT_NVFP4 || ACT == ACT_f16 || ACT == ACT_bf16, "X's type");
+  static_assert(!PACKED || (ACT != ACT_NVFP4 && PARTS == 1), "packed W: one operand, a 16-bit X");
   static_assert(PARTS == 1 || PARTS == 2, "one W operand, or the two of a dual GEMM");
   static_assert(PART_ROWS % 64 == 0, "a part is whole m64 tiles");
   static_assert(BN % 16 == 0 && BN <= 256, "wgmma N");

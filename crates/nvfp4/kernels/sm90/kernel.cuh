@@ -20,6 +20,7 @@
 
 #include "sm90/producer.cuh"
 #include "sm90/mainloop16.cuh"
+#include "sm90/mainloop_packed.cuh"
 #include "sm90/epilogue.cuh"
 #include "sm90/kreduce.cuh"
 
@@ -33,10 +34,13 @@ NVFP4_DEVICE void consumer_role(const typename S::Params& p, const Smem<C>& sm) 
   const i32 cluster = S::cluster(p);
   u32 g = 0, n = 0;
   for (; walk.valid(); walk.next_unit(p)) {
-    if constexpr (C::ACT == ACT_NVFP4)
+    if constexpr (C::ACT == ACT_NVFP4) {
       cs.mainloop(S::problem(p, walk.cur).main, cluster, sm, walk.cur, g, n);
-    else
+    } else if constexpr (C::PACKED) {
+      mainloop_packed<C>(cs, cluster, sm, walk.cur, g, n);
+    } else {
       mainloop16<C>(cs, S::problem(p, walk.cur).main, cluster, sm, walk.cur, g, n);
+    }
     // NOTE: the unit is recomputed rather than kept: its fields would otherwise stay live across
     // the mainloop.
     const Unit un = S::unit_at(p, walk.u, walk.end);
@@ -128,4 +132,13 @@ NVFP4_DEVICE void run(const typename S::Params& p) {
       __trap();                                                                                    \
     else                                                                                           \
       sm90::run<sm90::Cfg<PARTS, BM / 128, BN, sm90::ACT_##ACT>, SCHED, EPI>(p);                   \
+  }
+
+// The W4A16 kernels of a packed W (format/w16_pack.rs): OP_w4a16{bf16,f16}p_sm90_ws_m{BM}n{BN},
+// one W operand, the host's packed-form check picks them (backend/cuda/sm90/family.rs).
+#define NVFP4_SM90_KERNEL16P(OP, ACT, SCHED, EPI, BM, BN)                                           \
+  extern "C" __global__ void __launch_bounds__(sm90::THREADS, 1)                                   \
+      OP##_w4a16##ACT##p_sm90_ws_m##BM##n##BN(const __grid_constant__ SCHED::Params p) {            \
+    static_assert(BM % 128 == 0, "two consumer warpgroups of 64-row tiles");                      \
+    sm90::run<sm90::Cfg<1, BM / 128, BN, sm90::ACT_##ACT, true>, SCHED, EPI>(p);                   \
   }

@@ -74,6 +74,21 @@ NVFP4_DEVICE void producer_w(const typename S::Params& p, const Smem<C>& sm) {
     const u32 s = n % C::RAW_STAGES;
     if (n >= (u32)C::RAW_STAGES) ptx::mbar_wait(sm.empty_w(s), ((n / C::RAW_STAGES) - 1) & 1);
     const i32 q = w.kk / SUB, row0 = u.tw * C::PART_ROWS;
+    if (C::PACKED) {
+      // The packed form (one operand): the tile's 64-row groups that exist, one chunk each.
+      if (leader) {
+        const i32 groups = (pr.w_rows + PACK_ROWS - 1) / PACK_ROWS, stages = (pr.k + PACK_K - 1) / PACK_K;
+        const i32 g0 = row0 / PACK_ROWS, ng = max(0, min(C::BM / PACK_ROWS, groups - g0));
+        ptx::mbar_arrive_expect_tx(sm.full_w(s), (u32)ng * PACK_CHUNK);
+        for (i32 i = 0; i < ng; ++i)
+          ptx::bulk_load(sm.raw_w(s) + i * PACK_CHUNK, pr.sf_w[0] + (((i64)u.l * groups + g0 + i) * stages + q) * PACK_CHUNK,
+                         PACK_CHUNK, sm.full_w(s), pol_w);
+      } else {
+        ptx::mbar_arrive(sm.full_w(s));
+      }
+      ++n;
+      continue;
+    }
     if (pr.w_sf_mode == SF_DIRECT)
 #pragma unroll
       for (int part = 0; part < C::PARTS; ++part)

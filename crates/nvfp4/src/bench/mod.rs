@@ -28,7 +28,7 @@ pub mod timer;
 
 pub use ceilings::{tbps, tflops, Ceilings};
 pub use floors::{input_bytes, LaunchFloor, ReadCeiling, READ_SETTINGS};
-pub use gpu::{cublaslt_present, driver_present, open_stream};
+pub use gpu::{cublaslt_present, driver_present, l2_bytes, open_stream};
 pub use graph::{Graph, GraphRun, Rotation, MIN_GRAPH_LAUNCHES};
 pub use kernel_check::check_mode;
 pub use lt::Lt;

@@ -46,7 +46,7 @@ fn check_fallback(
     rule: Rule,
     what: &str,
 ) -> Vec<nvfp4::OutTensor> {
-    let (_, route) = w.run(b, out, None);
+    let (_, route) = w.run(b, out, None, false);
     // Kernel symbols name the type short (`bf16`, `f16`); OutputDtype displays as torch does.
     let short = if act == OutputDtype::Bf16 { "bf16" } else { "f16" };
     assert!(route.contains(&format!("_w4a16{short}_sm90_mma [")), "{what}: not the fallback: {route}");
@@ -146,7 +146,7 @@ fn fallback_moe_leaves_unrouted_rows_unwritten() {
         let ends = vec![40, 40, 47, 120];
         let w = W16::Moe(MoeGemm::new(a, weights, ends, None).unwrap());
         let want = &w.reference(act)[0];
-        let (got, route) = w.run(&b, act, None);
+        let (got, route) = w.run(&b, act, None, false);
         assert!(route.contains("grouped_gemm_w4a16"), "{route}");
         for outs in got {
             let g = &outs[0];

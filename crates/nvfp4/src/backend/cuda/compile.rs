@@ -251,8 +251,13 @@ pub fn kernel_reports(arch: &str) -> Result<Vec<KernelReport>> {
 /// [`kernel_reports`], also writing each module's CUBIN as `<dir>/<file stem>.<arch>.cubin` when
 /// `cubin_dir` is given (for SASS dumps with `cuobjdump -sass` or `nvdisasm`).
 pub fn kernel_reports_to(arch: &str, cubin_dir: Option<&Path>) -> Result<Vec<KernelReport>> {
+    kernel_reports_of(arch, cubin_dir, "")
+}
+
+/// [`kernel_reports_to`] for the modules whose file name contains `only` (every module for "").
+pub fn kernel_reports_of(arch: &str, cubin_dir: Option<&Path>, only: &str) -> Result<Vec<KernelReport>> {
     let mut all = Vec::new();
-    for module in MODULES {
+    for module in MODULES.iter().filter(|m| m.file.contains(only)) {
         let (cubin, log) = compile(module, arch, true)?;
         if let Some(dir) = cubin_dir {
             let stem = module.file.trim_end_matches(".cu");

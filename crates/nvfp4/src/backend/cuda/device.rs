@@ -13,7 +13,7 @@ use cudarc::driver::CudaSlice;
 
 use super::runtime::{Gpu, StreamFences, StreamHandle};
 pub use crate::format::Nvfp4Meta;
-use crate::format::{Nvfp4Tensor, OutTensor, OutputDtype, ScaleLayout};
+use crate::format::{Nvfp4Tensor, OutTensor, OutputDtype, PackAct, ScaleLayout};
 use crate::ops::{Act, ActMeta, Activation, Group, Offsets, Op, Operand, OutMeta, Output};
 use crate::{Error, Result};
 
@@ -89,7 +89,7 @@ impl<B: Send + Sync> Read for Owned<B> {
 pub(crate) type Keep = Arc<dyn Read>;
 
 /// Memory of two holders, kept alive together and noted read together.
-struct KeepBoth(Keep, Keep);
+pub(crate) struct KeepBoth(pub(crate) Keep, pub(crate) Keep);
 
 impl Read for KeepBoth {
     fn read_on(&self, stream: StreamHandle) {
@@ -116,7 +116,13 @@ impl DeviceNvfp4 {
     }
     /// A view for binding, holding the buffers alive.
     pub fn view(&self) -> Nvfp4View {
-        Nvfp4View { values: self.addrs.0, scales: self.addrs.1, meta: self.meta, keep: Some(self.buffers.clone()) }
+        Nvfp4View {
+            values: self.addrs.0,
+            scales: self.addrs.1,
+            meta: self.meta,
+            packed: None,
+            keep: Some(self.buffers.clone()),
+        }
     }
 }
 
@@ -127,6 +133,9 @@ pub struct Nvfp4View {
     pub(crate) scales: u64,
     /// Shape, layout, global scale.
     pub meta: Nvfp4Meta,
+    /// The same weight in the packed form of the W4A16 skeleton, when attached
+    /// ([`Nvfp4View::with_packed`]): its address and the activation type it decodes to.
+    pub(crate) packed: Option<(u64, PackAct)>,
     keep: Option<Keep>,
 }
 
@@ -152,11 +161,15 @@ impl Nvfp4View {
         if !values.is_multiple_of(16) || !scales.is_multiple_of(16) {
             return Err(Error::Invalid("device operands must be 16-byte aligned".into()));
         }
-        Ok(Self { values, scales, meta, keep: None })
+        Ok(Self { values, scales, meta, packed: None, keep: None })
     }
     /// What keeps its memory alive, if it is ours.
     pub(crate) fn keep(&self) -> Option<Keep> {
         self.keep.clone()
+    }
+    /// The same view with another packed form and keeper (backend/cuda/packed.rs).
+    pub(crate) fn with_packed_parts(self, packed: Option<(u64, PackAct)>, keep: Option<Keep>) -> Self {
+        Self { packed, keep, ..self }
     }
     /// The same tensor with its packed values read from `out`'s memory instead, which must hold
     /// exactly as many bytes: one launch's output consumed as the next one's operand.

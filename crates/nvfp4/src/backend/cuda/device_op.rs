@@ -71,7 +71,10 @@ impl BoundOp {
     }
     /// The launch configuration, printable (the plan of its route).
     pub fn describe(&self) -> String {
-        self.route.plan()
+        match self.launch.bound_kernel() {
+            Some(k) => format!("{}, packed W: {k}", self.route.plan()),
+            None => self.route.plan(),
+        }
     }
     /// Its route: the family, the plan, and why the families before it declined.
     pub fn route(&self) -> &Route {

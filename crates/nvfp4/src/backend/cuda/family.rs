@@ -124,6 +124,11 @@ pub(crate) trait Launch: Send + Sync {
     fn enqueue(&self, gpu: &Gpu, stream: StreamHandle, chain: bool) -> Result<()>;
     /// The symbol of the first kernel it enqueues.
     fn first_symbol(&self) -> &'static str;
+    /// The main kernel's symbol when the bind chose it beyond the plan (a packed weight's
+    /// kernels, format/w16_pack.rs), for the bound operation's description.
+    fn bound_kernel(&self) -> Option<&'static str> {
+        None
+    }
     /// The memory of the backend's that its kernels read (operands, outputs, workspace,
     /// descriptor tables), kept alive while it lives.
     fn keeps(&self) -> &[Keep];

@@ -45,6 +45,7 @@ mod gemv_tiling;
 mod host;
 pub mod kernels;
 pub mod overrides;
+mod packed;
 mod prepared;
 pub mod quantize;
 mod quantize_job;
@@ -56,7 +57,7 @@ pub mod small;
 use std::sync::OnceLock;
 
 pub use backend::CudaBackend;
-pub use compile::{kernel_reports, kernel_reports_to, KernelReport, DEFAULT_ARCH};
+pub use compile::{kernel_reports, kernel_reports_of, kernel_reports_to, KernelReport, DEFAULT_ARCH};
 pub use device::{
     DeviceF16, DeviceNvfp4, DeviceOp, F16View, GemmViews, I32View, Nvfp4Meta, Nvfp4View, Workspace, WorkspaceNeeds,
 };
@@ -67,6 +68,7 @@ pub use floors::{Floors, ReadKernel, ReadSetting, ReadSource, ReadSums};
 pub use gemv::GemvConfig;
 pub use kernels::KernelModule;
 pub use overrides::Overrides;
+pub use packed::DevicePacked;
 pub use prepared::{Prepared, F16_NAN_BITS};
 pub use quantize::{DenseType, DenseView, GlobalSource, ScalarView};
 pub use quantize_job::{DenseBytes, JobGlobal, QuantizeJob};

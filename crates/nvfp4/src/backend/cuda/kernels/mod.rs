@@ -5,6 +5,8 @@
 //! Depends only on the runtime layer; compilation, planning and launching depend on this.
 
 #[cfg(test)]
+mod decode_packed;
+#[cfg(test)]
 mod decode_w16;
 pub mod fallback;
 pub mod floors;
@@ -21,7 +23,7 @@ use std::sync::OnceLock;
 pub use module::KernelModule;
 
 /// Every kernel module of the library.
-pub static MODULES: [&KernelModule; 17] = [
+pub static MODULES: [&KernelModule; 21] = [
     &gemv::GEMV,
     &gemv16::GEMV16,
     &fallback::FALLBACK,
@@ -37,6 +39,10 @@ pub static MODULES: [&KernelModule; 17] = [
     &sm90::DUAL16_F16_SM90,
     &sm90::GROUPED16_BF16_SM90,
     &sm90::GROUPED16_F16_SM90,
+    &sm90::GEMM16P_BF16_SM90,
+    &sm90::GEMM16P_F16_SM90,
+    &sm90::GROUPED16P_BF16_SM90,
+    &sm90::GROUPED16P_F16_SM90,
     &quantize::QUANTIZE,
     &floors::FLOORS,
 ];
@@ -69,6 +75,8 @@ pub static PDL_READY_MODULES: &[&KernelModule] = &[
     &sm90::GEMM16_F16_SM90,
     &sm90::DUAL16_BF16_SM90,
     &sm90::DUAL16_F16_SM90,
+    &sm90::GEMM16P_BF16_SM90,
+    &sm90::GEMM16P_F16_SM90,
 ];
 
 /// True when `symbol`'s kernel may be launched as a programmatic dependent (see [`PDL_READY`]).
@@ -77,7 +85,7 @@ pub fn pdl_ready(symbol: &str) -> bool {
 }
 
 /// The handwritten headers, `#include`d by these names (NVRTC has no include path).
-const STATIC_HEADERS: [(&str, &str); 22] = [
+const STATIC_HEADERS: [(&str, &str); 24] = [
     ("ptx.cuh", include_str!("../../../../kernels/ptx.cuh")),
     ("nvfp4.cuh", include_str!("../../../../kernels/nvfp4.cuh")),
     ("output.cuh", include_str!("../../../../kernels/output.cuh")),
@@ -91,6 +99,8 @@ const STATIC_HEADERS: [(&str, &str); 22] = [
     ("sm90/mainloop.cuh", include_str!("../../../../kernels/sm90/mainloop.cuh")),
     ("sm90/decode_w16.cuh", include_str!("../../../../kernels/sm90/decode_w16.cuh")),
     ("sm90/mainloop16.cuh", include_str!("../../../../kernels/sm90/mainloop16.cuh")),
+    ("sm90/decode_packed.cuh", include_str!("../../../../kernels/sm90/decode_packed.cuh")),
+    ("sm90/mainloop_packed.cuh", include_str!("../../../../kernels/sm90/mainloop_packed.cuh")),
     ("sm90/fixup.cuh", include_str!("../../../../kernels/sm90/fixup.cuh")),
     ("sm90/kreduce.cuh", include_str!("../../../../kernels/sm90/kreduce.cuh")),
     ("sm90/store.cuh", include_str!("../../../../kernels/sm90/store.cuh")),

@@ -8,7 +8,8 @@ use std::fmt::Write;
 
 use super::module::KernelModule;
 use crate::backend::cuda::runtime::{kernel_struct, TmaMap};
-use crate::format::{OutputDtype, ScaleLayout};
+use crate::format::w16_pack::{PACK_CHUNK, PACK_K, PACK_ROWS, PACK_SCALES, PACK_VALUES};
+use crate::format::{OutputDtype, PackAct, ScaleLayout};
 
 /// Threads per CTA: a producer warpgroup (a W warp and an X thread issue the TMA) and two
 /// consumer warpgroups.
@@ -101,6 +102,18 @@ pub enum XKind {
 }
 
 impl Op {
+    /// The module of its W4A16 kernels for a packed weight (format/w16_pack.rs) and activations
+    /// of `act`; `None` for an operation without them (the dual GEMM: two W operands).
+    pub fn packed_module(self, act: PackAct) -> Option<&'static KernelModule> {
+        match (self, act) {
+            (Op::Gemm, PackAct::Bf16) => Some(&GEMM16P_BF16_SM90),
+            (Op::Gemm, PackAct::F16) => Some(&GEMM16P_F16_SM90),
+            (Op::Grouped, PackAct::Bf16) => Some(&GROUPED16P_BF16_SM90),
+            (Op::Grouped, PackAct::F16) => Some(&GROUPED16P_F16_SM90),
+            (Op::Dual, _) => None,
+        }
+    }
+
     /// The module of its kernels for X of kind `x` (W4A16: one per activation type, so that a
     /// call compiles only its type's kernels).
     pub fn module_for(self, x: XKind) -> &'static KernelModule {
@@ -156,6 +169,12 @@ macro_rules! variants {
             [$(concat!("grouped_gemm_w4a16bf16_sm90_ws_m", $bm, "n", $bn),)+ TABLE_SYMBOL];
         const GROUPED16_F16_SYMBOLS: [&str; VARIANTS.len() + 1] =
             [$(concat!("grouped_gemm_w4a16f16_sm90_ws_m", $bm, "n", $bn),)+ TABLE_SYMBOL];
+        const GEMM16P_BF16_SYMBOLS: [&str; VARIANTS.len()] = [$(concat!("gemm_w4a16bf16p_sm90_ws_m", $bm, "n", $bn)),+];
+        const GEMM16P_F16_SYMBOLS: [&str; VARIANTS.len()] = [$(concat!("gemm_w4a16f16p_sm90_ws_m", $bm, "n", $bn)),+];
+        const GROUPED16P_BF16_SYMBOLS: [&str; VARIANTS.len() + 1] =
+            [$(concat!("grouped_gemm_w4a16bf16p_sm90_ws_m", $bm, "n", $bn),)+ TABLE_SYMBOL];
+        const GROUPED16P_F16_SYMBOLS: [&str; VARIANTS.len() + 1] =
+            [$(concat!("grouped_gemm_w4a16f16p_sm90_ws_m", $bm, "n", $bn),)+ TABLE_SYMBOL];
     };
 }
 
@@ -214,8 +233,12 @@ impl Variant {
 
     /// Kernel symbol of this variant of `op` for X of kind `x`.
     pub fn symbol_for(self, op: Op, x: XKind) -> &'static str {
+        self.symbol_in(op.module_for(x))
+    }
+    /// Its kernel's symbol in a skeleton module (every one lists the variants in order).
+    pub fn symbol_in(self, module: &'static KernelModule) -> &'static str {
         let i = VARIANTS.iter().position(|v| *v == self).expect("a listed variant");
-        op.module_for(x).symbols[i]
+        module.symbols[i]
     }
 }
 
@@ -229,6 +252,9 @@ pub enum SfMode {
     Tma = 1,
     /// Blocked layout: a 2 KB bulk copy per 128 rows per W stage.
     Bulk = 2,
+    /// The packed form of W4A16 (format/w16_pack.rs): one bulk copy per 64-row group per W
+    /// stage, values and scales together.
+    Packed = 3,
 }
 
 impl SfMode {
@@ -323,6 +349,14 @@ module16! {
     GROUPED16_BF16_SM90 = "grouped_gemm_w4a16bf16_sm90.cu", GROUPED16_BF16_SYMBOLS;
     /// The W4A16 grouped GEMM on the skeleton, f16 activations.
     GROUPED16_F16_SM90 = "grouped_gemm_w4a16f16_sm90.cu", GROUPED16_F16_SYMBOLS;
+    /// The W4A16 GEMM of a packed weight (format/w16_pack.rs), bf16 activations.
+    GEMM16P_BF16_SM90 = "gemm_w4a16bf16p_sm90.cu", GEMM16P_BF16_SYMBOLS;
+    /// The W4A16 GEMM of a packed weight, f16 activations.
+    GEMM16P_F16_SM90 = "gemm_w4a16f16p_sm90.cu", GEMM16P_F16_SYMBOLS;
+    /// The W4A16 grouped GEMM of packed weights, bf16 activations.
+    GROUPED16P_BF16_SM90 = "grouped_gemm_w4a16bf16p_sm90.cu", GROUPED16P_BF16_SYMBOLS;
+    /// The W4A16 grouped GEMM of packed weights, f16 activations.
+    GROUPED16P_F16_SM90 = "grouped_gemm_w4a16f16p_sm90.cu", GROUPED16P_F16_SYMBOLS;
 }
 
 /// The W4A16 grouped launch's table builder (one block; takes a `GroupedBuild`).
@@ -476,7 +510,7 @@ kernel_struct! {
 /// variant list as an X-macro.
 pub fn cuda_sizes() -> String {
     let mut s = String::from("namespace sm90 {\n");
-    let consts: [(&str, i64); 18] = [
+    let consts: [(&str, i64); 24] = [
         ("THREADS", THREADS as i64),
         ("BK", BK as i64),
         ("SUB", SUB as i64),
@@ -490,6 +524,12 @@ pub fn cuda_sizes() -> String {
         ("SF_DIRECT", SfMode::Direct as i64),
         ("SF_TMA", SfMode::Tma as i64),
         ("SF_BULK", SfMode::Bulk as i64),
+        ("SF_PACKED", SfMode::Packed as i64),
+        ("PACK_ROWS", PACK_ROWS as i64),
+        ("PACK_K", PACK_K as i64),
+        ("PACK_VALUES", PACK_VALUES as i64),
+        ("PACK_SCALES", PACK_SCALES as i64),
+        ("PACK_CHUNK", PACK_CHUNK as i64),
         ("K_SPLIT", K_SPLIT as i64),
         ("K_STREAM", K_STREAM as i64),
         ("K_CLUSTER", K_CLUSTER as i64),

@@ -15,6 +15,7 @@ use crate::backend::cuda::kernels::sm90::{
     ROW_BYTES, THREADS,
 };
 use crate::backend::cuda::runtime::{tma_map, Gpu, LaunchOptions, LaunchShape, StreamHandle, TmaMap};
+use crate::format::PackAct;
 use crate::ops::{effective_alpha, Act, Activation};
 use crate::{Error, Result};
 
@@ -24,6 +25,10 @@ pub(crate) struct Sm90Kernels {
     pub main: CudaFunction,
     /// The X pre-pass (W4A4; none when X is a 16-bit activation).
     pub decode_x: Option<CudaFunction>,
+    /// `main` reads W in its packed form for this activation type (format/w16_pack.rs).
+    pub packed: Option<PackAct>,
+    /// `main`'s symbol.
+    pub symbol: &'static str,
 }
 
 /// The operands of one problem: W's parts (A or B for a GEMM; B1, B2 for a dual GEMM), X, the
@@ -136,9 +141,9 @@ pub(crate) fn bind(
             };
             // One pre-pass thread per 16-byte output chunk, 8 per 64-element group.
             x_blocks = to_i32((l * x_rows * plan.k_iters * 8).div_ceil(DECODE_X_THREADS as usize), "X decode blocks")?;
-            (w, XSide { addr: x16, rows: x_rows, l, row_bytes: k64 * 2 })
+            (w, XSide { addr: x16, rows: x_rows, l, row_bytes: k64 * 2, pack: None })
         }
-        Act::Dense(a) => (ops.b.iter().collect(), XSide::dense(a)?),
+        Act::Dense(a) => (ops.b.iter().collect(), XSide { pack: kernels.packed, ..XSide::dense(a)? }),
     };
 
     // Alpha of each product, in the reference's order: alpha * global(A) * global(B_i).
@@ -198,7 +203,8 @@ pub(crate) fn bind(
             .with(LaunchOptions { dependent: kernels.decode_x.is_some(), cluster_x: plan.launch_cluster() as u32 }),
     );
     let x_params = DecodeXParams { x: x_params, w: w_prefetch };
-    Ok(Sm90Launch { kernels, params, x_params, shapes, symbol: plan.symbol(), keep })
+    let symbol = kernels.symbol;
+    Ok(Sm90Launch { kernels, params, x_params, shapes, symbol, keep })
 }
 
 /// Where the main kernel loads X from: `[l, rows, row_bytes]` bytes at `addr` (the decoded f16 X
@@ -209,6 +215,8 @@ pub(crate) struct XSide {
     pub rows: usize,
     pub l: usize,
     pub row_bytes: usize,
+    /// The packed weight form that decodes to X's type (a 16-bit X), if any.
+    pub pack: Option<PackAct>,
 }
 
 impl XSide {
@@ -222,7 +230,7 @@ impl XSide {
                 a.addr
             )));
         }
-        Ok(Self { addr: a.addr, rows, l, row_bytes: 2 * k })
+        Ok(Self { addr: a.addr, rows, l, row_bytes: 2 * k, pack: None })
     }
 }
 
@@ -252,7 +260,15 @@ pub(crate) fn problem_struct(
     c: OutputSide,
 ) -> Result<Sm90Problem> {
     let part_rows = v.bm / w.len();
-    let w_mode = SfMode::of(w[0].meta.layout, k);
+    // One W operand packed for X's type (W4A16) goes through the packed mainloop.
+    let packed = match (x.pack, w) {
+        (None, _) => None,
+        (Some(act), [one]) => {
+            Some(one.packed_for(act).ok_or_else(|| shape_error("a packed kernel without a packed W".into()))?)
+        }
+        (Some(_), _) => return Err(shape_error("a packed kernel takes one W operand".into())),
+    };
+    let w_mode = if packed.is_some() { SfMode::Packed } else { SfMode::of(w[0].meta.layout, k) };
     let mut tmap_w = [TmaMap::default(); 2];
     let mut tmap_sw = [TmaMap::default(); 2];
     let mut sf_w = [0u64; 2];
@@ -261,7 +277,7 @@ pub(crate) fn problem_struct(
         if w_mode == SfMode::Tma {
             tmap_sw[i] = tma_map(wp.scales, w_rows, k / 16, l, (part_rows, 16), SW0)?;
         }
-        sf_w[i] = wp.scales;
+        sf_w[i] = packed.unwrap_or(wp.scales);
     }
     let c_l = if c.flat { 1 } else { c.l };
     // The epilogue's TMA stores: W rows contiguous in c (W is B), 16-byte row strides.
@@ -313,6 +329,9 @@ impl Launch for Sm90Launch {
         let options = LaunchOptions { dependent: chain && pdl_ready(DECODE_X_SYMBOL), cluster_x: 0 };
         gpu.launch(stream, decode_x, self.shapes.0.with(options), &self.x_params)?;
         gpu.launch(stream, &self.kernels.main, self.shapes.1, self.params.as_ref())
+    }
+    fn bound_kernel(&self) -> Option<&'static str> {
+        self.kernels.packed.map(|_| self.symbol)
     }
     fn first_symbol(&self) -> &'static str {
         if self.kernels.decode_x.is_some() {

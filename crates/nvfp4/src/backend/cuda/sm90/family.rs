@@ -7,17 +7,29 @@
 use super::grouped::{bind_grouped, grouped_plan_for, grouped_rejects_for, GroupedOperands, GroupedPlan, GroupedShape};
 use super::plan::{plan_for, rejects_for, Forced, Sm90Plan};
 use super::{bind, Sm90Kernels, Sm90Operands};
-use crate::backend::cuda::device::{DeviceOp, Workspace, WorkspaceNeeds};
+use crate::backend::cuda::device::{DeviceOp, Nvfp4View, Workspace, WorkspaceNeeds};
 use crate::backend::cuda::family::{DeviceFacts, Kernels, Launch, Plan, Verdict};
 use crate::backend::cuda::kernels::grouped::{PREPARE_SYMBOL, TABLE_SYMBOL};
 use crate::backend::cuda::kernels::sm90::{Op as Kind, XKind, DECODE_X, DECODE_X_SYMBOL, THREADS};
+use crate::backend::cuda::kernels::KernelModule;
 use crate::backend::cuda::overrides::Overrides;
+use crate::format::{OutputDtype, PackAct};
 use crate::ops::{Op, OpMeta};
 use crate::{Error, Result};
 
 /// What X is for an operation's activation: NVFP4, or a 16-bit activation of its type.
 fn x_kind(op: &OpMeta) -> XKind {
     op.dense_dtype().map_or(XKind::Nvfp4, XKind::Dense)
+}
+
+/// The packed kernels' module and activation type when X is 16-bit and every W operand (one per
+/// problem) carries a packed form for X's type; `None` otherwise (the kernels of the weights as
+/// they are).
+fn packed_for(kind: Kind, x: XKind, weights: &[&Nvfp4View]) -> Option<(&'static KernelModule, PackAct)> {
+    let XKind::Dense(d) = x else { return None };
+    let act = if d == OutputDtype::Bf16 { PackAct::Bf16 } else { PackAct::F16 };
+    let module = kind.packed_module(act)?;
+    (!weights.is_empty() && weights.iter().all(|w| w.packed_for(act).is_some())).then_some((module, act))
 }
 
 /// The `sm90` family's verdict on a GEMM or dual GEMM, W4A4 or W4A16: declined where the
@@ -65,14 +77,17 @@ impl Plan for Sm90Plan {
             Op::DualGemm { a, b1, b2, alpha, c } => (*a, vec![(*b1).clone(), (*b2).clone()], alpha, c),
             _ => return Err(Error::Invalid(format!("a skeleton plan bound to a {}", op.name()))),
         };
-        let main = k.function(self.op.module_for(self.x), self.symbol())?;
+        // A weight packed for X's type takes the packed kernels (format/w16_pack.rs).
+        let packed = packed_for(self.op, self.x, &b.iter().collect::<Vec<_>>());
+        let symbol = packed.map_or(self.symbol(), |(module, _)| self.variant.symbol_in(module));
+        let main = k.function(packed.map_or(self.op.module_for(self.x), |(m, _)| m), symbol)?;
         k.gpu().allow_smem(&main, self.layout().smem_bytes)?;
         // A 16-bit activation is loaded as it is: no pre-pass.
         let decode_x = match self.x {
             XKind::Nvfp4 => Some(k.function(&DECODE_X, DECODE_X_SYMBOL)?),
             XKind::Dense(_) => None,
         };
-        let kernels = Sm90Kernels { main, decode_x };
+        let kernels = Sm90Kernels { main, decode_x, packed: packed.map(|(_, act)| act), symbol };
         let ops = Sm90Operands { a, b: &b, alpha: *alpha, c };
         Ok(Box::new(bind(self, kernels, &ops, ws)?))
     }
@@ -107,8 +122,14 @@ impl Plan for GroupedPlan {
             Op::MoeGemm { a, b, offsets, alpha, c } => GroupedOperands::Moe { a: *a, b, offsets, alpha: *alpha, c },
             _ => return Err(Error::Invalid(format!("a grouped plan bound to a {}", op.name()))),
         };
-        let module = Kind::Grouped.module_for(self.x);
-        let main = k.function(module, self.symbol())?;
+        let weights: Vec<&Nvfp4View> = match &ops {
+            GroupedOperands::List(groups) => groups.iter().map(|g| g.b).collect(),
+            GroupedOperands::Moe { b, .. } => vec![*b],
+        };
+        let packed = packed_for(Kind::Grouped, self.x, &weights);
+        let module = packed.map_or(Kind::Grouped.module_for(self.x), |(m, _)| m);
+        let symbol = self.variant.symbol_in(module);
+        let main = k.function(module, symbol)?;
         k.gpu().allow_smem(&main, self.smem_bytes())?;
         // The pre-pass decodes NVFP4 X and builds the table; with 16-bit activations only the
         // table is built.
@@ -117,7 +138,8 @@ impl Plan for GroupedPlan {
             XKind::Dense(_) => TABLE_SYMBOL,
         };
         let prepare = k.function(module, first)?;
-        Ok(Box::new(bind_grouped(k.gpu(), self, (prepare, main), &ops, ws)?))
+        let packed = packed.map(|(_, act)| (act, symbol));
+        Ok(Box::new(bind_grouped(k.gpu(), self, (prepare, main), packed, &ops, ws)?))
     }
 }
 

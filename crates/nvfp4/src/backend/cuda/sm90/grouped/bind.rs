@@ -20,6 +20,7 @@ use crate::backend::cuda::kernels::pdl_ready;
 use crate::backend::cuda::kernels::sm90::{XDecodeParams, XKind, BK, DECODE_BIAS, THREADS};
 use crate::backend::cuda::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
 use crate::backend::cuda::sm90::bind::{problem_struct, OutputSide, XSide};
+use crate::format::PackAct;
 use crate::ops::{effective_alpha, Act, Activation};
 use crate::{Error, Result};
 
@@ -70,6 +71,8 @@ pub(crate) struct GroupedLaunch {
     /// What its launches read: operands, outputs, the workspace and the descriptor tables (every
     /// group's problem, the builder's groups, the X operands to decode).
     keep: Vec<Keep>,
+    /// The main kernel's symbol when it reads packed weights.
+    packed: Option<&'static str>,
 }
 
 /// The first kernel's parameters: the pre-pass's (decode NVFP4 X, build the table) or, with
@@ -116,6 +119,7 @@ pub(crate) fn bind_grouped(
     gpu: &Gpu,
     plan: &GroupedPlan,
     (prepare, main): (CudaFunction, CudaFunction),
+    packed: Option<(PackAct, &'static str)>,
     ops: &GroupedOperands<'_>,
     ws: &Workspace,
 ) -> Result<GroupedLaunch> {
@@ -142,14 +146,14 @@ pub(crate) fn bind_grouped(
     let mut slots = scratch.x16.iter();
     let mut x_side = |x: ActView<'_>, rows: usize, decode_from: Option<&Nvfp4View>| -> Result<XSide> {
         match (x, decode_from) {
-            (Act::Dense(a), _) => XSide::dense(a),
+            (Act::Dense(a), _) => Ok(XSide { pack: packed.map(|(act, _)| act), ..XSide::dense(a)? }),
             (Act::Nvfp4(_), Some(src)) => {
                 let &(off, len) = slots.next().ok_or_else(|| Error::Invalid("grouped bind: X slots".into()))?;
                 let x16 = ws.at(off, len)?;
                 let (d, nb) = decode_of(src, rows, x16, blocks)?;
                 decodes.push(d);
                 blocks += nb;
-                Ok(XSide { addr: x16, rows, l: 1, row_bytes: src.meta.k.div_ceil(BK) * BK * 2 })
+                Ok(XSide { addr: x16, rows, l: 1, row_bytes: src.meta.k.div_ceil(BK) * BK * 2, pack: None })
             }
             (Act::Nvfp4(_), None) => Err(Error::Invalid("grouped bind: an NVFP4 X without its operand".into())),
         }
@@ -224,7 +228,7 @@ pub(crate) fn bind_grouped(
         LaunchShape::linear(plan.grid as u32, THREADS, plan.smem_bytes() as u32)
             .with(LaunchOptions { dependent: true, cluster_x: 1 }),
     );
-    Ok(GroupedLaunch { prepare, main, first, params, shapes, keep })
+    Ok(GroupedLaunch { prepare, main, first, params, shapes, keep, packed: packed.map(|(_, symbol)| symbol) })
 }
 
 /// What keeps an activation's memory alive (none for a view the caller owns).
@@ -245,6 +249,9 @@ impl Launch for GroupedLaunch {
             First::Table(b) => gpu.launch(stream, &self.prepare, self.shapes.0.with(options), b)?,
         }
         gpu.launch(stream, &self.main, self.shapes.1, &self.params)
+    }
+    fn bound_kernel(&self) -> Option<&'static str> {
+        self.packed
     }
     fn first_symbol(&self) -> &'static str {
         match self.first {
