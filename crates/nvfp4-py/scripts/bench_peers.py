@@ -79,6 +79,9 @@ def parse_args(argv=None):
         help="let Humming compile every M interval per shape (about 30 kernels each) instead of the one each case runs",
     )
     p.add_argument("--no-torch-peer", action="store_true", help="skip cuBLAS / torch._grouped_mm")
+    p.add_argument(
+        "--w4a16-plain", action="store_true", help="nvfp4 W4A16 on the weights as they are (default: packed once)"
+    )
     p.add_argument("--list", action="store_true", help="print the selected cases and exit")
     p.add_argument("--merge", nargs="+", metavar="JSON", help="merge reports of one card, print the table")
     return p.parse_args(argv)
@@ -153,12 +156,16 @@ def main(argv=None):
     card = report.card_name(name)
     path = args.out or report.default_path(args.out_dir, card)
     hum_ok, hum_version, hum_error = (False, None, "--no-humming") if args.no_humming else humming_status()
+    from peers import impls
+
+    impls.W4A16_PACKED = not args.w4a16_plain
     meta = {
         "card": card,
         "device": name,
         "sms": props.multi_processor_count,
         "l2_bytes": props.L2_cache_size,
         "dtype": args.dtype,
+        "w4a16_weights": "packed" if impls.W4A16_PACKED else "plain",
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "triton": triton.__version__,

@@ -13,6 +13,7 @@ mod error;
 mod moe;
 mod operand;
 mod ops;
+mod pack;
 mod quantize;
 mod tensor;
 mod weights;
@@ -37,6 +38,8 @@ fn _nvfp4(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(quantize::quantize, m)?)?;
     m.add_function(wrap_pyfunction!(weights::load_linear, m)?)?;
     m.add_function(wrap_pyfunction!(operand::scale_layout_of, m)?)?;
+    m.add_function(wrap_pyfunction!(pack::packed_size, m)?)?;
+    m.add_function(wrap_pyfunction!(pack::pack_into, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_available, m)?)?;
     Ok(())
 }

@@ -14,6 +14,7 @@ use crate::cpu::on_cpu;
 use crate::error::{dtype, value, IntoPy, PyResult};
 use crate::operand::{check_out, out_dtype, out_view};
 use crate::ops::{check_alpha, key, launch, validate, Call};
+use crate::pack::Packed;
 use crate::tensor::{Device, Dtype};
 
 /// The bound-op cache's name of this operation (the others are 1 to 3, in `ops`).
@@ -24,7 +25,7 @@ const OP_MOE: u64 = 4;
 /// dense 16-bit ones with `sfa` None (W4A16). Rows at or past `offsets[E-1]` belong to no expert
 /// and are left as they are, on both backends.
 #[pyfunction]
-#[pyo3(signature = (a, sfa, b, sfb, offsets, out, alpha=None, layout=None, stream=None))]
+#[pyo3(signature = (a, sfa, b, sfb, offsets, out, alpha=None, layout=None, stream=None, packed=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn grouped_gemm_moe(
     py: Python<'_>,
@@ -37,12 +38,14 @@ pub fn grouped_gemm_moe(
     alpha: Option<f64>,
     layout: Option<&str>,
     stream: Option<u64>,
+    packed: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let mut call = Call::new(stream, layout)?;
     let a = call.activation(a, sfa, "a", "sfa")?;
     let b = call.operand(b, sfb, "b", "sfb")?;
     let offsets = call.tensor(offsets, "offsets")?;
     let out = call.tensor(out, "out")?;
+    let packed = Packed::of(&mut call, packed, &a)?;
     let alpha = check_alpha(alpha)?;
     let am = act::meta(&a);
     if am.l() != 1 {
@@ -87,12 +90,17 @@ pub fn grouped_gemm_moe(
             out.write_host_prefix(&c.to_le_bytes()[..routed * n * 2], 2)
         }
         Device::Cuda(d) => {
-            let (av, bv, cv) = (act::view(&a)?, b.view()?, out_view(&out, shape)?);
+            let (av, cv) = (act::view(&a)?, out_view(&out, shape)?);
+            let bv = match &packed {
+                Some(p) => p.attach(b.view()?, &b, None)?,
+                None => b.view()?,
+            };
             // SAFETY: a CUDA int32 tensor of the call's device holding exactly E values, dense
             // (checked above and at import), kept alive by the caller's framework while the
             // enqueued kernels run; the kernels clamp its values into [0, T].
             let ov = unsafe { I32View::from_raw(offsets.ptr, e) }.py()?;
-            let k = key(OP_MOE, &[&a, &b], &[&out, &offsets], &[alpha]);
+            let mut k = key(OP_MOE, &[&a, &b], &[&out, &offsets], &[alpha]);
+            k.extend(Packed::key(&packed));
             launch(py, &call, d, k, || DeviceOp::MoeGemm { a: act::borrow(&av), b: &bv, offsets: &ov, alpha, c: &cv })
         }
     }

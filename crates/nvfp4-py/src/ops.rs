@@ -13,6 +13,7 @@ use crate::cpu::on_cpu;
 use crate::cuda::launch_cached;
 use crate::error::{value, IntoPy, PyResult};
 use crate::operand::{check_out, out_dtype, out_view, parse_layout, Operand};
+use crate::pack::Packed;
 use crate::tensor::{Device, Importer, Tensor};
 
 /// The imports of one call (the first tensor fixes the device and the stream; the rest must
@@ -58,7 +59,7 @@ impl Call {
     pub(crate) fn device(&self) -> Device {
         self.imports.device()
     }
-    fn stream(&self) -> u64 {
+    pub(crate) fn stream(&self) -> u64 {
         self.imports.stream()
     }
 }
@@ -158,7 +159,7 @@ pub(crate) fn launch<'v>(
 
 /// `c = A·Bᵀ`: A the activation (NVFP4, or dense 16-bit with `sfa` None), B the NVFP4 weight.
 #[pyfunction]
-#[pyo3(signature = (a, sfa, b, sfb, out, alpha=None, layout=None, stream=None))]
+#[pyo3(signature = (a, sfa, b, sfb, out, alpha=None, layout=None, stream=None, packed=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn gemm(
     py: Python<'_>,
@@ -170,11 +171,13 @@ pub fn gemm(
     alpha: Option<f64>,
     layout: Option<&str>,
     stream: Option<u64>,
+    packed: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let mut call = Call::new(stream, layout)?;
     let a = call.activation(a, sfa, "a", "sfa")?;
     let b = call.operand(b, sfb, "b", "sfb")?;
     let out = call.tensor(out, "out")?;
+    let packed = Packed::of(&mut call, packed, &a)?;
     let alpha = check_alpha(alpha)?;
     let am = act::meta(&a);
     validate(Op::Gemm { a: am, b: b.meta, alpha, c: None })?;
@@ -187,8 +190,13 @@ pub fn gemm(
             out.write_host(&c.to_le_bytes(), 2)
         }
         Device::Cuda(d) => {
-            let (av, bv, cv) = (act::view(&a)?, b.view()?, out_view(&out, shape)?);
-            let k = key(1, &[&a, &b], &[&out], &[alpha]);
+            let (av, cv) = (act::view(&a)?, out_view(&out, shape)?);
+            let bv = match &packed {
+                Some(p) => p.attach(b.view()?, &b, None)?,
+                None => b.view()?,
+            };
+            let mut k = key(1, &[&a, &b], &[&out], &[alpha]);
+            k.extend(Packed::key(&packed));
             launch(py, &call, d, k, || DeviceOp::Gemm { a: act::borrow(&av), b: &bv, alpha, c: &cv })
         }
     }
@@ -239,7 +247,7 @@ pub fn gemv(
 }
 
 #[pyfunction]
-#[pyo3(signature = (a, sfa, b1, sfb1, b2, sfb2, out, alpha=None, layout=None, stream=None))]
+#[pyo3(signature = (a, sfa, b1, sfb1, b2, sfb2, out, alpha=None, layout=None, stream=None, packed=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn dual_gemm(
     py: Python<'_>,
@@ -253,12 +261,14 @@ pub fn dual_gemm(
     alpha: Option<f64>,
     layout: Option<&str>,
     stream: Option<u64>,
+    packed: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
     let mut call = Call::new(stream, layout)?;
     let a = call.activation(a, sfa, "a", "sfa")?;
     let b1 = call.operand(b1, sfb1, "b1", "sfb1")?;
     let b2 = call.operand(b2, sfb2, "b2", "sfb2")?;
     let out = call.tensor(out, "out")?;
+    let packed = Packed::of(&mut call, packed, &a)?;
     let alpha = check_alpha(alpha)?;
     let am = act::meta(&a);
     validate(Op::DualGemm { a: am, b1: b1.meta, b2: b2.meta, alpha, c: None })?;
@@ -271,8 +281,13 @@ pub fn dual_gemm(
             out.write_host(&c.to_le_bytes(), 2)
         }
         Device::Cuda(d) => {
-            let (av, b1v, b2v, cv) = (act::view(&a)?, b1.view()?, b2.view()?, out_view(&out, shape)?);
-            let k = key(3, &[&a, &b1, &b2], &[&out], &[alpha]);
+            let (av, cv) = (act::view(&a)?, out_view(&out, shape)?);
+            let (b1v, b2v) = match &packed {
+                Some(p) => (p.attach(b1.view()?, &b1, Some(&b2))?, p.attach(b2.view()?, &b1, Some(&b2))?),
+                None => (b1.view()?, b2.view()?),
+            };
+            let mut k = key(3, &[&a, &b1, &b2], &[&out], &[alpha]);
+            k.extend(Packed::key(&packed));
             launch(py, &call, d, k, || DeviceOp::DualGemm { a: act::borrow(&av), b1: &b1v, b2: &b2v, alpha, c: &cv })
         }
     }

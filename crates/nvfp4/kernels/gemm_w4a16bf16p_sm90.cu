@@ -5,5 +5,5 @@
 #include "sm90/kernel.cuh"
 
 // Variants gemm_w4a16bf16p_sm90_ws_m{BM}n{BN}, one per tile of the variant list (generated.cuh).
-#define GEMM16P_BF16(BM, BN) NVFP4_SM90_KERNEL16P(gemm, bf16, sm90::SingleProblem, sm90::StoreF16, BM, BN)
+#define GEMM16P_BF16(BM, BN) NVFP4_SM90_KERNEL16P(gemm, bf16, 1, sm90::SingleProblem, sm90::StoreF16, BM, BN)
 NVFP4_SM90_VARIANTS(GEMM16P_BF16)

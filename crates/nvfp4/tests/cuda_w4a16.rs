@@ -155,7 +155,12 @@ impl W16 {
         let alloc = |shape| b.alloc_output_as(shape, out).unwrap();
         let dense = |t: &OutTensor| b.upload_dense(t).unwrap();
         let act = if self.activation_dtype() == OutputDtype::Bf16 { PackAct::Bf16 } else { PackAct::F16 };
-        let nv = |t: &Nvfp4Tensor| Weight(b.upload(t).unwrap(), packed.then(|| b.upload_packed(t, act).unwrap()));
+        // Packed on the device (kernels/pack_w16.cu; its bytes against the host's: packed.rs).
+        let nv = |t: &Nvfp4Tensor| {
+            let d = b.upload(t).unwrap();
+            let p = packed.then(|| b.pack(&d.view(), act).unwrap());
+            Weight(d, p, None)
+        };
         let (outs, op): (Vec<DeviceF16>, _) = match self {
             W16::Gemm(g) => {
                 let (a, w) = (dense(&g.a), nv(&g.b));
@@ -166,7 +171,14 @@ impl W16 {
                 (vec![c], op)
             }
             W16::Dual(d) => {
-                let (a, w1, w2) = (dense(&d.a), nv(&d.b1), nv(&d.b2));
+                let (a, mut w1, mut w2) = (dense(&d.a), nv(&d.b1), nv(&d.b2));
+                if packed {
+                    // The pair packed together, attached to both operands.
+                    let pair = b.pack_dual(&w1.0.view(), &w2.0.view(), act).unwrap();
+                    w1.1 = Some(pair);
+                    w2.1 = None;
+                    w2.2 = w1.1.as_ref().map(|p| w2.0.view().with_packed(p).unwrap());
+                }
                 let [l, m, _] = d.a.shape();
                 let c = alloc([l, m, d.b1.rows()]);
                 let op = DeviceOp::DualGemm {
@@ -224,13 +236,15 @@ impl W16 {
 }
 
 /// An uploaded weight and, optionally, its packed form: its view carries both.
-struct Weight(DeviceNvfp4, Option<DevicePacked>);
+/// (A dual GEMM's B2 shares B1's packed pair: its view is made once, in the third field.)
+struct Weight(DeviceNvfp4, Option<DevicePacked>, Option<Nvfp4View>);
 
 impl Weight {
     fn view(&self) -> Nvfp4View {
-        match &self.1 {
-            Some(p) => self.0.view().with_packed(p).unwrap(),
-            None => self.0.view(),
+        match (&self.2, &self.1) {
+            (Some(v), _) => v.clone(),
+            (None, Some(p)) => self.0.view().with_packed(p).unwrap(),
+            (None, None) => self.0.view(),
         }
     }
 }

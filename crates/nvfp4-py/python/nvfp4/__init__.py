@@ -192,16 +192,43 @@ def _dense(x, scales):
     return x if scales is None else None
 
 
-def gemm(a, sfa, b, sfb, *, alpha=None, layout=None, out=None, out_dtype=None):
+def gemm(a, sfa, b, sfb, *, alpha=None, layout=None, out=None, out_dtype=None, packed=None):
     """c[l, m, n] = alpha * sum_k A[l, m, k] * B[l, n, k] (A @ B^T, B rows are N like a Linear
     weight). A is the activation: NVFP4 (a, sfa), or dense float16/bfloat16 [M, K] or [L, M, K]
     with ``sfa=None`` (W4A16; the result then defaults to A's dtype). ``alpha``: the product of
-    the operands' global scales (W4A16: the weight's)."""
+    the operands' global scales (W4A16: the weight's). ``packed``: W4A16 on CUDA, B's packed form
+    for A's dtype (``pack``), which the kernels then read instead (same results)."""
     dense = _dense(a, sfa)
     dtype = _out_dtype(out_dtype, out, dense)
     if out is None:
         out = _empty(a, _out_shape(a, b, _rows(b, "b")[-2], dense_a=dense is not None), dtype)
-    _nvfp4.gemm(*_args(a, sfa, b, sfb), out, alpha, layout, _stream(a))
+    if packed is None:
+        _nvfp4.gemm(*_args(a, sfa, b, sfb), out, alpha, layout, _stream(a))
+    else:
+        _nvfp4.gemm(*_args(a, sfa, b, sfb), out, alpha, layout, _stream(a), packed)
+    return out
+
+
+def pack(b, sfb, *, dtype, b2=None, sfb2=None, layout=None):
+    """The packed form of a CUDA NVFP4 weight (b, sfb) [N, K/2] or [L, N, K/2] for W4A16 with
+    activations of ``dtype`` (torch.bfloat16 or torch.float16): a uint8 tensor on b's device
+    that ``gemm``, ``grouped_gemm(offsets=)`` and, for a pair (b, sfb) and (b2, sfb2) packed
+    together, ``dual_gemm`` take as ``packed=``. Each kernel thread then reads its tensor-core
+    fragment in one load and decodes it in a few instructions (the same results, faster). Pack
+    once, at load: the weights do not change. The packed form takes 1.125x the bytes of the
+    values (their scales included), beside the weight itself, which the kernels that do not
+    read the packed form (one activation row, K not a multiple of 32) still use."""
+    if _torch is None or not _is_torch(b) or not b.is_cuda:
+        raise ValueError("pack: the weight must be a CUDA torch tensor")
+    name = str(dtype).replace("torch.", "")
+    s = _rows(b, "b")
+    l, rows, k = (1,) + s if len(s) == 2 else s
+    k = 2 * k
+    out = _torch.empty(_nvfp4.packed_size(l, rows, k, b2 is not None), dtype=_torch.uint8, device=b.device)
+    if b2 is None:
+        _nvfp4.pack_into(*_args(b, sfb), out, name, None, None, layout, _stream(b))
+    else:
+        _nvfp4.pack_into(*_args(b, sfb), out, name, *_args(b2, sfb2), layout, _stream(b))
     return out
 
 
@@ -219,19 +246,24 @@ def gemv(a, sfa, b, sfb, *, alpha=None, layout=None, out=None, out_dtype=None):
     return out
 
 
-def dual_gemm(a, sfa, b1, sfb1, b2, sfb2, *, alpha=None, layout=None, out=None, out_dtype=None):
+def dual_gemm(a, sfa, b1, sfb1, b2, sfb2, *, alpha=None, layout=None, out=None, out_dtype=None, packed=None):
     """Gated dual GEMM (SwiGLU): f16(silu(A @ B1^T) * (A @ B2^T)) (or bf16), alpha (the product
     of the global scales, B1 and B2 sharing one) applied to each product. A is NVFP4, or dense
-    float16/bfloat16 with ``sfa=None`` (W4A16; the result then defaults to A's dtype)."""
+    float16/bfloat16 with ``sfa=None`` (W4A16; the result then defaults to A's dtype).
+    ``packed``: W4A16 on CUDA, the pair's packed form (``pack(b1, sfb1, b2=b2, sfb2=sfb2,
+    dtype=...)``)."""
     dense = _dense(a, sfa)
     dtype = _out_dtype(out_dtype, out, dense)
     if out is None:
         out = _empty(a, _out_shape(a, b1, _rows(b1, "b1")[-2], dense_a=dense is not None), dtype)
-    _nvfp4.dual_gemm(*_args(a, sfa, b1, sfb1, b2, sfb2), out, alpha, layout, _stream(a))
+    if packed is None:
+        _nvfp4.dual_gemm(*_args(a, sfa, b1, sfb1, b2, sfb2), out, alpha, layout, _stream(a))
+    else:
+        _nvfp4.dual_gemm(*_args(a, sfa, b1, sfb1, b2, sfb2), out, alpha, layout, _stream(a), packed)
     return out
 
 
-def grouped_gemm(groups, *, alpha=None, layout=None, out=None, out_dtype=None, offsets=None):
+def grouped_gemm(groups, *, alpha=None, layout=None, out=None, out_dtype=None, offsets=None, packed=None):
     """Grouped GEMM, every group in one launch. Two forms:
 
     - list form: ``groups`` is a list of (a, sfa, b, sfb) with L = 1, each with its own M, N, K;
@@ -251,9 +283,12 @@ def grouped_gemm(groups, *, alpha=None, layout=None, out=None, out_dtype=None, o
     W4A16 in both forms: each activation dense float16/bfloat16 ([M_g, K_g]; the MoE tokens
     [T, K]) with ``None`` for its scales, and ``alpha`` the weights' global scales. The groups of
     one call share one mode and one activation dtype (one launch); the outputs default to it.
+    ``packed`` (MoE form, W4A16 on CUDA): b's packed form (``pack``).
     """
     if offsets is not None:
-        return _grouped_moe(groups, offsets, alpha, layout, out, out_dtype)
+        return _grouped_moe(groups, offsets, alpha, layout, out, out_dtype, packed)
+    if packed is not None:
+        raise ValueError("grouped_gemm: packed= goes with the MoE form (offsets=)")
     if not isinstance(groups, (list, tuple)):
         raise TypeError("groups must be a list of (a, sfa, b, sfb) tuples")
     groups = [tuple(g) for g in groups]
@@ -276,7 +311,7 @@ def grouped_gemm(groups, *, alpha=None, layout=None, out=None, out_dtype=None, o
     return list(out)
 
 
-def _grouped_moe(operands, offsets, alpha, layout, out, out_dtype):
+def _grouped_moe(operands, offsets, alpha, layout, out, out_dtype, packed=None):
     """The MoE form of ``grouped_gemm`` (see there)."""
     if isinstance(operands, list) and len(operands) == 1:
         operands = operands[0]
@@ -289,7 +324,10 @@ def _grouped_moe(operands, offsets, alpha, layout, out, out_dtype):
         if len(sb) != 3:
             raise ValueError(f"moe gemm: b must be [E, N, K/2] (one weight per expert), got shape {list(sb)}")
         out = _zeros(a, sa[:-1] + (sb[1],), dtype)
-    _nvfp4.grouped_gemm_moe(*_args(a, sfa, b, sfb), offsets, out, alpha, layout, _stream(a))
+    if packed is None:
+        _nvfp4.grouped_gemm_moe(*_args(a, sfa, b, sfb), offsets, out, alpha, layout, _stream(a))
+    else:
+        _nvfp4.grouped_gemm_moe(*_args(a, sfa, b, sfb), offsets, out, alpha, layout, _stream(a), packed)
     return out
 
 

@@ -2,7 +2,8 @@
 (torch). Every call is the form a user writes; nothing is hoisted out of it but the weights.
 
   nvfp4_w4a16        nvfp4.gemm / dual_gemm / grouped_gemm(offsets=) with the 16-bit
-                     activation in A's slot (sfa None), alpha = the weight's global scale
+                     activation in A's slot (sfa None), alpha = the weight's global scale, the
+                     weights packed once per set (nvfp4.pack; --w4a16-plain: as they are)
   nvfp4_w4a4         the W4A4 call as a user makes it: nvfp4.torch.Linear with the checkpoint's
                      static input_scale (dense); nvfp4.quantize then dual_gemm / grouped_gemm
   nvfp4_w4a4_kernel  the same GEMM on activations quantized beforehand
@@ -43,14 +44,21 @@ def _err(exc):
     return f"{type(exc).__name__}: {exc}".strip()[:500]
 
 
+# The W4A16 weights' form: packed once per weight set (``nvfp4.pack``, what a user's model holds
+# after loading), or as the checkpoint has them (bench_peers.py --w4a16-plain).
+W4A16_PACKED = True
+
+
 def _nvfp4_w4a16(ops, i):
     c, ws, x = ops.case, ops.sets[i], ops.x
-    if c.op == "linear":
-        return lambda: nvfp4.gemm(x, None, ws.values, ws.scales, alpha=ws.glob)
+    v, s = ws.values, ws.scales
     if c.op == "dual":
-        v, s = ws.values, ws.scales
-        return lambda: nvfp4.dual_gemm(x, None, v[0], s[0], v[1], s[1], alpha=ws.glob)
-    return lambda: nvfp4.grouped_gemm((x, None, ws.values, ws.scales), offsets=ops.offsets, alpha=ws.glob)
+        p = nvfp4.pack(v[0], s[0], b2=v[1], sfb2=s[1], dtype=ops.dtype) if W4A16_PACKED else None
+        return lambda: nvfp4.dual_gemm(x, None, v[0], s[0], v[1], s[1], alpha=ws.glob, packed=p)
+    p = nvfp4.pack(v, s, dtype=ops.dtype) if W4A16_PACKED else None
+    if c.op == "linear":
+        return lambda: nvfp4.gemm(x, None, v, s, alpha=ws.glob, packed=p)
+    return lambda: nvfp4.grouped_gemm((x, None, v, s), offsets=ops.offsets, alpha=ws.glob, packed=p)
 
 
 def _w4a4_gemm(ops, ws, q, sq):

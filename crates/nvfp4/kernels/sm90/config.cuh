@@ -53,7 +53,7 @@ struct Cfg {
   static constexpr int BAR_BYTES = (2 * RAW_STAGES + 2 * X_STAGES) * 8 + 32;
 
   static_assert(ACT == ACT_NVFP4 || ACT == ACT_f16 || ACT == ACT_bf16, "X's type");
-  static_assert(!PACKED || (ACT != ACT_NVFP4 && PARTS == 1), "packed W: one operand, a 16-bit X");
+  static_assert(!PACKED || ACT != ACT_NVFP4, "packed W: a 16-bit X");
   static_assert(PARTS == 1 || PARTS == 2, "one W operand, or the two of a dual GEMM");
   static_assert(PART_ROWS % 64 == 0, "a part is whole m64 tiles");
   static_assert(BN % 16 == 0 && BN <= 256, "wgmma N");

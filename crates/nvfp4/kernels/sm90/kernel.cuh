@@ -134,11 +134,12 @@ NVFP4_DEVICE void run(const typename S::Params& p) {
       sm90::run<sm90::Cfg<PARTS, BM / 128, BN, sm90::ACT_##ACT>, SCHED, EPI>(p);                   \
   }
 
-// The W4A16 kernels of a packed W (format/w16_pack.rs): OP_w4a16{bf16,f16}p_sm90_ws_m{BM}n{BN},
-// one W operand, the host's packed-form check picks them (backend/cuda/sm90/family.rs).
-#define NVFP4_SM90_KERNEL16P(OP, ACT, SCHED, EPI, BM, BN)                                           \
+// The W4A16 kernels of a packed W (format/w16_pack.rs): OP_w4a16{bf16,f16}p_sm90_ws_m{BM}n{BN};
+// a dual GEMM's two operands come packed as one, rows interleaved by 8. The host's packed-form
+// check picks them (backend/cuda/sm90/family.rs).
+#define NVFP4_SM90_KERNEL16P(OP, ACT, PARTS, SCHED, EPI, BM, BN)                                    \
   extern "C" __global__ void __launch_bounds__(sm90::THREADS, 1)                                   \
       OP##_w4a16##ACT##p_sm90_ws_m##BM##n##BN(const __grid_constant__ SCHED::Params p) {            \
     static_assert(BM % 128 == 0, "two consumer warpgroups of 64-row tiles");                      \
-    sm90::run<sm90::Cfg<1, BM / 128, BN, sm90::ACT_##ACT, true>, SCHED, EPI>(p);                   \
+    sm90::run<sm90::Cfg<PARTS, BM / 128, BN, sm90::ACT_##ACT, true>, SCHED, EPI>(p);               \
   }

@@ -6,7 +6,9 @@
 //
 // The pipeline is mainloop16's (the X ring, the W ring, NBUF fragment buffers); the stage slots
 // and their phases are carried from sub-stage to sub-stage instead of divided out of the running
-// counts. One W operand (Cfg::PACKED).
+// counts. A dual GEMM's pair is packed as one operand whose 16-row blocks hold 8 rows of B1
+// (fragment row g) and the same 8 of B2 (g + 8): the skeleton's dual row mapping, so the
+// addressing is the same for one operand or two.
 #pragma once
 
 #include "sm90/mainloop.cuh"

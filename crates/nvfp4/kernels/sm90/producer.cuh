@@ -75,10 +75,12 @@ NVFP4_DEVICE void producer_w(const typename S::Params& p, const Smem<C>& sm) {
     if (n >= (u32)C::RAW_STAGES) ptx::mbar_wait(sm.empty_w(s), ((n / C::RAW_STAGES) - 1) & 1);
     const i32 q = w.kk / SUB, row0 = u.tw * C::PART_ROWS;
     if (C::PACKED) {
-      // The packed form (one operand): the tile's 64-row groups that exist, one chunk each.
+      // The packed form: the tile's 64-row groups that exist, one chunk each. A dual GEMM's
+      // pair is one packed operand of 16 rows per 8 output rows: its tile is BM packed rows.
       if (leader) {
-        const i32 groups = (pr.w_rows + PACK_ROWS - 1) / PACK_ROWS, stages = (pr.k + PACK_K - 1) / PACK_K;
-        const i32 g0 = row0 / PACK_ROWS, ng = max(0, min(C::BM / PACK_ROWS, groups - g0));
+        const i32 rows = C::PARTS == 1 ? pr.w_rows : 16 * ((pr.w_rows + 7) / 8);
+        const i32 groups = (rows + PACK_ROWS - 1) / PACK_ROWS, stages = (pr.k + PACK_K - 1) / PACK_K;
+        const i32 g0 = u.tw * C::BM / PACK_ROWS, ng = max(0, min(C::BM / PACK_ROWS, groups - g0));
         ptx::mbar_arrive_expect_tx(sm.full_w(s), (u32)ng * PACK_CHUNK);
         for (i32 i = 0; i < ng; ++i)
           ptx::bulk_load(sm.raw_w(s) + i * PACK_CHUNK, pr.sf_w[0] + (((i64)u.l * groups + g0 + i) * stages + q) * PACK_CHUNK,

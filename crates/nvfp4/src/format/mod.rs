@@ -18,4 +18,4 @@ pub use out::{OutTensor, OutputDtype};
 pub use pack::{nibble, pack_nibbles, unpack_nibbles};
 pub use quant::{modelopt_global_scale, quantize, quantize_nan_blocks, GlobalScale, MIN_GLOBAL_SCALE, NAN_SCALE};
 pub use tensor::{F16Tensor, Nvfp4Tensor};
-pub use w16_pack::{pack_w16, packed_len, PackAct};
+pub use w16_pack::{dual_packed_rows, pack_w16, pack_w16_dual, packed_len, PackAct};

@@ -122,14 +122,67 @@ fn folded_scale(t: &Nvfp4Tensor, b: usize, row: usize, j: usize) -> u8 {
     scale_code(t.scale(b, row, j))
 }
 
-/// Bytes of the packed form of a `[l, rows, k]` weight, `None` on overflow.
+/// The packed rows of one or two operands: one operand's rows as they are, or a dual GEMM's two
+/// interleaved by 8 (row 16 i + r of the pair is B1's row 8 i + r for r < 8, else B2's row
+/// 8 i + r - 8: a fragment's rows g and g + 8 are the same output column of the two products,
+/// the skeleton's dual row mapping).
+#[derive(Clone, Copy)]
+enum Rows<'a> {
+    One(&'a Nvfp4Tensor),
+    Pair(&'a Nvfp4Tensor, &'a Nvfp4Tensor),
+}
+
+impl<'a> Rows<'a> {
+    /// Packed rows: the operand's, or 16 per 8 output rows of the pair.
+    fn count(self) -> usize {
+        match self {
+            Rows::One(t) => t.rows(),
+            Rows::Pair(t, _) => dual_packed_rows(t.rows()),
+        }
+    }
+    /// The tensor and row of packed row `r`.
+    fn source(self, r: usize) -> (&'a Nvfp4Tensor, usize) {
+        match self {
+            Rows::One(t) => (t, r),
+            Rows::Pair(b1, b2) => (if r % 16 < 8 { b1 } else { b2 }, (r / 16) * 8 + r % 8),
+        }
+    }
+    fn code(self, b: usize, r: usize, k: usize) -> u8 {
+        let (t, row) = self.source(r);
+        folded_code(t, b, row, k)
+    }
+    fn scale(self, b: usize, r: usize, j: usize) -> u8 {
+        let (t, row) = self.source(r);
+        folded_scale(t, b, row, j)
+    }
+}
+
+/// Bytes of the packed form of `rows` packed rows of `[l, *, k]` weights, `None` on overflow.
 pub fn packed_len(l: usize, rows: usize, k: usize) -> Option<usize> {
     l.checked_mul(rows.div_ceil(PACK_ROWS))?.checked_mul(k.div_ceil(PACK_K))?.checked_mul(PACK_CHUNK)
 }
 
+/// Packed rows of a dual GEMM's pair of `[*, n, *]` operands.
+pub fn dual_packed_rows(n: usize) -> usize {
+    16 * n.div_ceil(8)
+}
+
 /// The packed form of `t` (either scale layout) for activations of type `act`.
 pub fn pack_w16(t: &Nvfp4Tensor, act: PackAct) -> Result<Vec<u8>> {
-    let (l, rows, k) = (t.l(), t.rows(), t.k());
+    pack(Rows::One(t), t, act)
+}
+
+/// The packed form of a dual GEMM's operands B1 and B2 (the same shape, either layouts), their
+/// rows interleaved by 8 ([`dual_packed_rows`] packed rows).
+pub fn pack_w16_dual(b1: &Nvfp4Tensor, b2: &Nvfp4Tensor, act: PackAct) -> Result<Vec<u8>> {
+    if (b1.l(), b1.rows(), b1.k()) != (b2.l(), b2.rows(), b2.k()) {
+        return Err(Error::Shape("a dual GEMM's packed operands must have one shape".into()));
+    }
+    pack(Rows::Pair(b1, b2), b1, act)
+}
+
+fn pack(src: Rows<'_>, t: &Nvfp4Tensor, act: PackAct) -> Result<Vec<u8>> {
+    let (l, rows, k) = (t.l(), src.count(), t.k());
     let len = packed_len(l, rows, k).ok_or_else(|| Error::Invalid("packed weight size overflows".into()))?;
     let (groups, stages) = (rows.div_ceil(PACK_ROWS), k.div_ceil(PACK_K));
     let mut out = vec![0u8; len];
@@ -138,17 +191,20 @@ pub fn pack_w16(t: &Nvfp4Tensor, act: PackAct) -> Result<Vec<u8>> {
         let (values, scales) = chunk.split_at_mut(PACK_VALUES);
         for blk in 0..4 {
             let row0 = grp * PACK_ROWS + 16 * blk;
+            // Packed rows past the count read as zero codes and scales.
+            let code = |r: usize, k: usize| if r < rows { src.code(b, r, k) } else { 0 };
+            let scale = |r: usize, j: usize| if r < rows { src.scale(b, r, j) } else { 0 };
             for sub in 0..4 {
                 for lane in 0..32 {
                     let (g, tq) = (lane / 4, lane % 4);
                     for step in 0..4 {
                         let k0 = st * PACK_K + sub * 64 + step * 16 + 2 * tq;
-                        let code = |r: usize, dk: usize| folded_code(t, b, row0 + r, k0 + dk);
+                        let c = |r: usize, dk: usize| code(row0 + r, k0 + dk);
                         let codes = [
-                            [code(g, 0), code(g, 1)],
-                            [code(g + 8, 0), code(g + 8, 1)],
-                            [code(g, 8), code(g, 9)],
-                            [code(g + 8, 8), code(g + 8, 9)],
+                            [c(g, 0), c(g, 1)],
+                            [c(g + 8, 0), c(g + 8, 1)],
+                            [c(g, 8), c(g, 9)],
+                            [c(g + 8, 8), c(g + 8, 9)],
                         ];
                         let at = ((blk * 4 + sub) * 32 + lane) * 16 + step * 4;
                         values[at..at + 4].copy_from_slice(&fragment_word(act, codes).to_le_bytes());
@@ -158,10 +214,10 @@ pub fn pack_w16(t: &Nvfp4Tensor, act: PackAct) -> Result<Vec<u8>> {
                     for i in 0..2 {
                         let j0 = (st * PACK_K + sub * 64) / 16 + 2 * i;
                         let at = ((blk * 4 + sub) * 8 + g) * 8 + 4 * i;
-                        scales[at] = folded_scale(t, b, row0 + g, j0);
-                        scales[at + 1] = folded_scale(t, b, row0 + g, j0 + 1);
-                        scales[at + 2] = folded_scale(t, b, row0 + g + 8, j0);
-                        scales[at + 3] = folded_scale(t, b, row0 + g + 8, j0 + 1);
+                        scales[at] = scale(row0 + g, j0);
+                        scales[at + 1] = scale(row0 + g, j0 + 1);
+                        scales[at + 2] = scale(row0 + g + 8, j0);
+                        scales[at + 3] = scale(row0 + g + 8, j0 + 1);
                     }
                 }
             }

@@ -1,17 +1,17 @@
 //! The weights' packed form (format/w16_pack.rs) on the skeleton's W4A16 GEMM and grouped
 //! kernels: every shape of the suite, both activation types and scale layouts, bit-identical on
 //! exact data and within tolerance on random data; signed, zero and NaN scales; every tile and
-//! K schedule forced; and the route must name the packed kernel (a weight whose packed form is
-//! ignored fails). The dual GEMM has no packed kernels: its packed forms are ignored.
+//! K schedule forced; the dual GEMM with its pair packed together; the route must name the packed
+//! kernel (a weight whose packed form is ignored fails); the device's packed bytes equal the
+//! host's (format/w16_pack.rs).
 
 use super::*;
 
-/// The route of a packed run names the packed kernels (except the dual GEMM's).
+/// The route of a packed run names the packed kernels.
 fn check_packed(b: &CudaBackend, w: &W16, out: OutputDtype, rule: Rule, what: &str) -> Vec<OutTensor> {
     let want = w.reference(out);
     let (got, route) = w.run(b, out, None, true);
-    let packed_kernel = route.contains("16p_sm90") || route.contains("f16p_sm90");
-    assert_eq!(packed_kernel, !matches!(w, W16::Dual(_)), "{what}: route {route}");
+    assert!(route.contains("16p_sm90"), "{what}: route {route}");
     let rule = if matches!(w, W16::Dual(_)) { Rule::Tolerance } else { rule };
     for (launch, outs) in got.iter().enumerate() {
         for (i, (g, x)) in outs.iter().zip(&want).enumerate() {
@@ -69,13 +69,46 @@ fn with_signed_scales(t: &Nvfp4Tensor) -> Nvfp4Tensor {
         .to_layout(t.layout())
 }
 
+/// The device's packing (kernels/pack_w16.cu) writes the host's bytes (format/w16_pack.rs): one
+/// operand and a dual pair, both layouts and activation types, rows and K off the groups and
+/// stages, every scale code.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn the_device_packs_the_hosts_bytes() {
+    use nvfp4::format::{pack_w16, pack_w16_dual};
+    let b = gpu();
+    let mut rng = Rng::new(3);
+    for (l, rows, k) in [(1, 64, 256), (2, 100, 96), (1, 130, 544), (3, 7, 32)] {
+        for layout in LAYOUTS {
+            let make = |rng: &mut Rng| {
+                let values = (0..l * rows * k / 2).map(|_| rng.below(256) as u8).collect();
+                let scales = (0..l * rows * k / 16).map(|i| (i * 37 + rng.below(7) as usize) as u8).collect();
+                Nvfp4Tensor::new(l, rows, k, values, scales, ScaleLayout::Plain).unwrap().to_layout(layout)
+            };
+            let (t1, t2) = (make(&mut rng), make(&mut rng));
+            let (d1, d2) = (b.upload(&t1).unwrap(), b.upload(&t2).unwrap());
+            for act in [PackAct::Bf16, PackAct::F16] {
+                let one = b.pack(&d1.view(), act).unwrap();
+                assert_eq!(
+                    b.download_packed(&one).unwrap(),
+                    pack_w16(&t1, act).unwrap(),
+                    "[{l}, {rows}, {k}] {layout:?} {act:?}"
+                );
+                let pair = b.pack_dual(&d1.view(), &d2.view(), act).unwrap();
+                let want = pack_w16_dual(&t1, &t2, act).unwrap();
+                assert_eq!(b.download_packed(&pair).unwrap(), want, "pair [{l}, {rows}, {k}] {layout:?} {act:?}");
+            }
+        }
+    }
+}
+
 /// Negative scales (their sign folded into the codes at pack time), zero scales (codes zeroed),
 /// and a NaN scale poisoning exactly its outputs.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn packed_signed_zero_and_nan_scales() {
     let b = gpu();
-    for (i, shape) in packed_shapes().iter().enumerate().filter(|(_, s)| !matches!(s, Shape::DualGemm { .. })) {
+    for (i, shape) in packed_shapes().iter().enumerate() {
         for dtype in TYPES {
             let layout = LAYOUTS[i % 2];
             let signed = match W16::make(shape, dtype, layout, Data::Exact, 800 + i as u64) {
@@ -90,7 +123,9 @@ fn packed_signed_zero_and_nan_scales() {
                     )
                     .unwrap(),
                 ),
-                W16::Dual(_) => unreachable!(),
+                W16::Dual(d) => W16::Dual(
+                    DualGemm::new(d.a, with_signed_scales(&d.b1), with_signed_scales(&d.b2), d.alpha).unwrap(),
+                ),
             };
             check_packed(&b, &signed, dtype, Rule::Exact, &format!("signed scales {shape} {dtype}"));
             let nan = plant_nan(signed);
@@ -112,8 +147,10 @@ fn packed_every_variant_and_schedule_is_bit_identical() {
     let moe = Shape::Moe { n: 520, k: 544, counts: vec![40, 0, 300, 9] };
     let tiles = ["m256n16", "m256n32", "m256n64", "m256n128", "m128n128", "m128n256"];
     let schedules = ["m256n64s3", "m128n128sk", "m256n64c2", "m256n32c2sk", "m128n128s2d", "m256n16s4d"];
+    let dual = Shape::DualGemm { m: 150, n: 600, k: 544, l: 1 };
     let cases: Vec<(Op, &Shape, Vec<&str>)> = vec![
         (Op::Gemm, &gemm, tiles.iter().chain(&schedules).copied().collect()),
+        (Op::Dual, &dual, tiles[..5].iter().copied().chain(["m256n64s3", "m128n128sk", "m256n64c2"]).collect()),
         (Op::Grouped, &list, tiles.to_vec()),
         (Op::Grouped, &moe, tiles.to_vec()),
     ];

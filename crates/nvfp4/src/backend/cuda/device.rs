@@ -126,6 +126,15 @@ impl DeviceNvfp4 {
     }
 }
 
+/// Where a view's packed form is (backend/cuda/packed.rs): its address, the activation type it
+/// decodes to, and whether it packs a dual GEMM's pair (attached to both operands' views).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PackedRef {
+    pub addr: u64,
+    pub act: PackAct,
+    pub pair: bool,
+}
+
 /// Device memory seen as an NVFP4 tensor.
 #[derive(Clone)]
 pub struct Nvfp4View {
@@ -134,8 +143,8 @@ pub struct Nvfp4View {
     /// Shape, layout, global scale.
     pub meta: Nvfp4Meta,
     /// The same weight in the packed form of the W4A16 skeleton, when attached
-    /// ([`Nvfp4View::with_packed`]): its address and the activation type it decodes to.
-    pub(crate) packed: Option<(u64, PackAct)>,
+    /// ([`Nvfp4View::with_packed`]).
+    pub(crate) packed: Option<PackedRef>,
     keep: Option<Keep>,
 }
 
@@ -168,7 +177,7 @@ impl Nvfp4View {
         self.keep.clone()
     }
     /// The same view with another packed form and keeper (backend/cuda/packed.rs).
-    pub(crate) fn with_packed_parts(self, packed: Option<(u64, PackAct)>, keep: Option<Keep>) -> Self {
+    pub(crate) fn with_packed_parts(self, packed: Option<PackedRef>, keep: Option<Keep>) -> Self {
         Self { packed, keep, ..self }
     }
     /// The same tensor with its packed values read from `out`'s memory instead, which must hold

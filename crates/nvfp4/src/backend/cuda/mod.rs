@@ -68,7 +68,7 @@ pub use floors::{Floors, ReadKernel, ReadSetting, ReadSource, ReadSums};
 pub use gemv::GemvConfig;
 pub use kernels::KernelModule;
 pub use overrides::Overrides;
-pub use packed::DevicePacked;
+pub use packed::{packed_bytes, DevicePacked};
 pub use prepared::{Prepared, F16_NAN_BITS};
 pub use quantize::{DenseType, DenseView, GlobalSource, ScalarView};
 pub use quantize_job::{DenseBytes, JobGlobal, QuantizeJob};

@@ -14,6 +14,7 @@ pub mod gemv;
 pub mod gemv16;
 pub mod grouped;
 mod module;
+pub mod pack;
 pub mod quantize;
 pub mod sm90;
 pub mod small;
@@ -23,7 +24,7 @@ use std::sync::OnceLock;
 pub use module::KernelModule;
 
 /// Every kernel module of the library.
-pub static MODULES: [&KernelModule; 21] = [
+pub static MODULES: [&KernelModule; 24] = [
     &gemv::GEMV,
     &gemv16::GEMV16,
     &fallback::FALLBACK,
@@ -41,10 +42,13 @@ pub static MODULES: [&KernelModule; 21] = [
     &sm90::GROUPED16_F16_SM90,
     &sm90::GEMM16P_BF16_SM90,
     &sm90::GEMM16P_F16_SM90,
+    &sm90::DUAL16P_BF16_SM90,
+    &sm90::DUAL16P_F16_SM90,
     &sm90::GROUPED16P_BF16_SM90,
     &sm90::GROUPED16P_F16_SM90,
     &quantize::QUANTIZE,
     &floors::FLOORS,
+    &pack::PACK,
 ];
 
 /// Kernels that may be launched as programmatic dependents of the previous kernel on their stream
@@ -77,6 +81,8 @@ pub static PDL_READY_MODULES: &[&KernelModule] = &[
     &sm90::DUAL16_F16_SM90,
     &sm90::GEMM16P_BF16_SM90,
     &sm90::GEMM16P_F16_SM90,
+    &sm90::DUAL16P_BF16_SM90,
+    &sm90::DUAL16P_F16_SM90,
 ];
 
 /// True when `symbol`'s kernel may be launched as a programmatic dependent (see [`PDL_READY`]).
@@ -148,6 +154,7 @@ pub fn generated_header() -> &'static str {
             grouped::Sm90GroupedParams::cuda_decl(),
             quantize::QuantizeParams::cuda_decl(),
             floors::FloorReadParams::cuda_decl(),
+            pack::PackW16Params::cuda_decl(),
         ] {
             s += &decl;
             s.push('\n');

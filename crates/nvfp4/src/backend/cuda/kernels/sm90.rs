@@ -103,14 +103,15 @@ pub enum XKind {
 
 impl Op {
     /// The module of its W4A16 kernels for a packed weight (format/w16_pack.rs) and activations
-    /// of `act`; `None` for an operation without them (the dual GEMM: two W operands).
+    /// of `act` (a dual GEMM's pair packed as one operand).
     pub fn packed_module(self, act: PackAct) -> Option<&'static KernelModule> {
         match (self, act) {
             (Op::Gemm, PackAct::Bf16) => Some(&GEMM16P_BF16_SM90),
             (Op::Gemm, PackAct::F16) => Some(&GEMM16P_F16_SM90),
             (Op::Grouped, PackAct::Bf16) => Some(&GROUPED16P_BF16_SM90),
             (Op::Grouped, PackAct::F16) => Some(&GROUPED16P_F16_SM90),
-            (Op::Dual, _) => None,
+            (Op::Dual, PackAct::Bf16) => Some(&DUAL16P_BF16_SM90),
+            (Op::Dual, PackAct::F16) => Some(&DUAL16P_F16_SM90),
         }
     }
 
@@ -169,6 +170,9 @@ macro_rules! variants {
             [$(concat!("grouped_gemm_w4a16bf16_sm90_ws_m", $bm, "n", $bn),)+ TABLE_SYMBOL];
         const GROUPED16_F16_SYMBOLS: [&str; VARIANTS.len() + 1] =
             [$(concat!("grouped_gemm_w4a16f16_sm90_ws_m", $bm, "n", $bn),)+ TABLE_SYMBOL];
+        const DUAL16P_BF16_SYMBOLS: [&str; VARIANTS.len()] =
+            [$(concat!("dual_gemm_w4a16bf16p_sm90_ws_m", $bm, "n", $bn)),+];
+        const DUAL16P_F16_SYMBOLS: [&str; VARIANTS.len()] = [$(concat!("dual_gemm_w4a16f16p_sm90_ws_m", $bm, "n", $bn)),+];
         const GEMM16P_BF16_SYMBOLS: [&str; VARIANTS.len()] = [$(concat!("gemm_w4a16bf16p_sm90_ws_m", $bm, "n", $bn)),+];
         const GEMM16P_F16_SYMBOLS: [&str; VARIANTS.len()] = [$(concat!("gemm_w4a16f16p_sm90_ws_m", $bm, "n", $bn)),+];
         const GROUPED16P_BF16_SYMBOLS: [&str; VARIANTS.len() + 1] =
@@ -353,6 +357,10 @@ module16! {
     GEMM16P_BF16_SM90 = "gemm_w4a16bf16p_sm90.cu", GEMM16P_BF16_SYMBOLS;
     /// The W4A16 GEMM of a packed weight, f16 activations.
     GEMM16P_F16_SM90 = "gemm_w4a16f16p_sm90.cu", GEMM16P_F16_SYMBOLS;
+    /// The fused W4A16 dual GEMM of a packed pair (B1 and B2, rows interleaved by 8), bf16.
+    DUAL16P_BF16_SM90 = "dual_gemm_w4a16bf16p_sm90.cu", DUAL16P_BF16_SYMBOLS;
+    /// The fused W4A16 dual GEMM of a packed pair, f16 activations.
+    DUAL16P_F16_SM90 = "dual_gemm_w4a16f16p_sm90.cu", DUAL16P_F16_SYMBOLS;
     /// The W4A16 grouped GEMM of packed weights, bf16 activations.
     GROUPED16P_BF16_SM90 = "grouped_gemm_w4a16bf16p_sm90.cu", GROUPED16P_BF16_SYMBOLS;
     /// The W4A16 grouped GEMM of packed weights, f16 activations.

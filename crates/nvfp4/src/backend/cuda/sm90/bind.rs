@@ -260,13 +260,16 @@ pub(crate) fn problem_struct(
     c: OutputSide,
 ) -> Result<Sm90Problem> {
     let part_rows = v.bm / w.len();
-    // One W operand packed for X's type (W4A16) goes through the packed mainloop.
+    // W packed for X's type (W4A16; a dual GEMM's pair as one) goes through the packed mainloop.
     let packed = match (x.pack, w) {
         (None, _) => None,
         (Some(act), [one]) => {
             Some(one.packed_for(act).ok_or_else(|| shape_error("a packed kernel without a packed W".into()))?)
         }
-        (Some(_), _) => return Err(shape_error("a packed kernel takes one W operand".into())),
+        (Some(act), [b1, b2]) => Some(
+            b1.packed_pair_for(b2, act).ok_or_else(|| shape_error("a packed kernel without a packed pair".into()))?,
+        ),
+        (Some(_), _) => return Err(shape_error("a packed kernel takes one or two W operands".into())),
     };
     let w_mode = if packed.is_some() { SfMode::Packed } else { SfMode::of(w[0].meta.layout, k) };
     let mut tmap_w = [TmaMap::default(); 2];

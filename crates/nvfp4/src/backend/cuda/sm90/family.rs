@@ -23,13 +23,18 @@ fn x_kind(op: &OpMeta) -> XKind {
 }
 
 /// The packed kernels' module and activation type when X is 16-bit and every W operand (one per
-/// problem) carries a packed form for X's type; `None` otherwise (the kernels of the weights as
-/// they are).
+/// problem; a dual GEMM's pair together) carries a packed form for X's type; `None` otherwise
+/// (the kernels of the weights as they are).
 fn packed_for(kind: Kind, x: XKind, weights: &[&Nvfp4View]) -> Option<(&'static KernelModule, PackAct)> {
     let XKind::Dense(d) = x else { return None };
     let act = if d == OutputDtype::Bf16 { PackAct::Bf16 } else { PackAct::F16 };
     let module = kind.packed_module(act)?;
-    (!weights.is_empty() && weights.iter().all(|w| w.packed_for(act).is_some())).then_some((module, act))
+    let all = match (kind, weights) {
+        (Kind::Dual, [b1, b2]) => b1.packed_pair_for(b2, act).is_some(),
+        (Kind::Dual, _) => false,
+        _ => !weights.is_empty() && weights.iter().all(|w| w.packed_for(act).is_some()),
+    };
+    all.then_some((module, act))
 }
 
 /// The `sm90` family's verdict on a GEMM or dual GEMM, W4A4 or W4A16: declined where the

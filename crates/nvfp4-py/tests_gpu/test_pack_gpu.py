@@ -1,0 +1,74 @@
+"""The packed W4A16 weight form (``nvfp4.pack``) on the GPU: ``gemm``, ``dual_gemm`` (a pair
+packed together) and the MoE form of ``grouped_gemm`` with ``packed=`` give the same bits as
+without it (and as the float64 reference on exact-tier data), in both activation types and
+scale layouts; a CUDA graph of packed calls replays; the packed form's errors."""
+
+import pytest
+import torch
+
+import nvfp4
+from test_gpu import DEV, g  # noqa: F401 (g: the fixture)
+from test_w4a16_gpu import DTYPES, LAYOUTS, exact, poison, ref16, rounded, weights
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("m,n,k", [(2, 64, 256), (37, 300, 544), (256, 1024, 1024)])
+def test_gemm_packed_is_bit_identical(g, dtype, layout, m, n, k):
+    w, s, s_plain = weights(g, 1, n, k, layout)
+    w, s = w[0], s if layout == "blocked" else s[0]
+    x = exact(g, (m, k), dtype)
+    p = nvfp4.pack(w, s, dtype=dtype, layout=layout)
+    got = nvfp4.gemm(x, None, w, s, layout=layout, packed=p, out=poison((m, n), dtype))
+    plain = nvfp4.gemm(x, None, w, s, layout=layout)
+    assert torch.equal(got.view(torch.int16), plain.view(torch.int16))
+    assert torch.equal(got, rounded(ref16(x, w, s_plain[0]), dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dual_packed_pair_is_bit_identical(g, dtype):
+    m, n, k = 40, 200, 512
+    w1, s1, _ = weights(g, 1, n, k, "plain")
+    w2, s2, _ = weights(g, 1, n, k, "plain")
+    x = exact(g, (m, k), dtype)
+    p = nvfp4.pack(w1[0], s1[0], b2=w2[0], sfb2=s2[0], dtype=dtype)
+    got = nvfp4.dual_gemm(x, None, w1[0], s1[0], w2[0], s2[0], packed=p)
+    plain = nvfp4.dual_gemm(x, None, w1[0], s1[0], w2[0], s2[0])
+    assert torch.equal(got.view(torch.int16), plain.view(torch.int16))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_moe_packed_in_a_graph(g, dtype):
+    e, n, k, t = 5, 260, 512, 90
+    w, s, _ = weights(g, e, n, k, "blocked")
+    p = nvfp4.pack(w, s, dtype=dtype, layout="blocked")
+    x = exact(g, (t, k), dtype)
+    offs = torch.tensor([10, 10, 50, 71, 90], dtype=torch.int32, device=DEV)
+    want = nvfp4.grouped_gemm((x, None, w, s), offsets=offs, layout="blocked")
+    out = poison((t, n), dtype)
+    graph = torch.cuda.CUDAGraph()
+    nvfp4.grouped_gemm((x, None, w, s), offsets=offs, layout="blocked", packed=p, out=out)  # warm, bind
+    with torch.cuda.graph(graph):
+        nvfp4.grouped_gemm((x, None, w, s), offsets=offs, layout="blocked", packed=p, out=out)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out.view(torch.int16), want.view(torch.int16))
+
+
+def test_pack_errors(g):
+    w, s, _ = weights(g, 1, 64, 256, "plain")
+    w, s = w[0], s[0]
+    x = exact(g, (4, 256), torch.bfloat16)
+    with pytest.raises(ValueError, match="CUDA"):
+        nvfp4.pack(w.cpu(), s.cpu(), dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="bfloat16 or float16"):
+        nvfp4.pack(w, s, dtype=torch.float32)
+    p = nvfp4.pack(w, s, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="bytes"):
+        nvfp4.gemm(x, None, w, s, packed=p[:-16])
+    q, sq, _ = nvfp4.quantize(x.float())
+    with pytest.raises(ValueError, match="W4A16"):
+        nvfp4.gemm(q, sq, w, s, packed=p)
