@@ -164,3 +164,26 @@ fn packed_every_variant_and_schedule_is_bit_identical() {
         }
     }
 }
+
+/// A packed dual GEMM pair takes the variant the W4A16 plan must skip (the unpacked decode
+/// spills in the dual m128n256) when the planner over every variant picks it.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn a_packed_pair_takes_the_variants_only_it_has() {
+    let b = gpu();
+    let (m, n, k) = (1024, 2048, 1024);
+    let shape = Shape::DualGemm { m, n, k, l: 1 };
+    let plan = nvfp4::backend::cuda::sm90::plan(Op::Dual, (m, n, k, 1), b.sm_count() as usize, None);
+    for dtype in TYPES {
+        let w = W16::make(&shape, dtype, ScaleLayout::Blocked, Data::Random, 31);
+        let want = w.reference(dtype);
+        let (got, route) = w.run(&b, dtype, None, true);
+        let variant = format!("m{}n{}", plan.variant.bm, plan.variant.bn);
+        assert!(route.contains(&format!("p_sm90_ws_{variant}")), "the planner's {variant}: {route}");
+        for outs in got {
+            let bad = differences(&outs[0], &want[0], Rule::Tolerance);
+            assert!(bad.is_empty(), "{shape} {dtype} ({route}): {bad:?}");
+        }
+        println!("ok packed pair {shape} {dtype}: {route}");
+    }
+}

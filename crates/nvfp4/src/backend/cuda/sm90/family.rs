@@ -82,19 +82,38 @@ impl Plan for Sm90Plan {
             Op::DualGemm { a, b1, b2, alpha, c } => (*a, vec![(*b1).clone(), (*b2).clone()], alpha, c),
             _ => return Err(Error::Invalid(format!("a skeleton plan bound to a {}", op.name()))),
         };
-        // A weight packed for X's type takes the packed kernels (format/w16_pack.rs).
+        // A weight packed for X's type takes the packed kernels (format/w16_pack.rs), and a
+        // packed dual GEMM pair the variants only they have.
         let packed = packed_for(self.op, self.x, &b.iter().collect::<Vec<_>>());
-        let symbol = packed.map_or(self.symbol(), |(module, _)| self.variant.symbol_in(module));
-        let main = k.function(packed.map_or(self.op.module_for(self.x), |(m, _)| m), symbol)?;
-        k.gpu().allow_smem(&main, self.layout().smem_bytes)?;
+        let sms = k.gpu().info().sms as usize;
+        let alt = packed.and_then(|_| self.packed_dual_plan(ws, sms));
+        let plan = alt.as_ref().unwrap_or(self);
+        let symbol = packed.map_or(plan.symbol(), |(module, _)| plan.variant.symbol_in(module));
+        let main = k.function(packed.map_or(plan.op.module_for(plan.x), |(m, _)| m), symbol)?;
+        k.gpu().allow_smem(&main, plan.layout().smem_bytes)?;
         // A 16-bit activation is loaded as it is: no pre-pass.
-        let decode_x = match self.x {
+        let decode_x = match plan.x {
             XKind::Nvfp4 => Some(k.function(&DECODE_X, DECODE_X_SYMBOL)?),
             XKind::Dense(_) => None,
         };
         let kernels = Sm90Kernels { main, decode_x, packed: packed.map(|(_, act)| act), symbol };
         let ops = Sm90Operands { a, b: &b, alpha: *alpha, c };
-        Ok(Box::new(bind(self, kernels, &ops, ws)?))
+        Ok(Box::new(bind(plan, kernels, &ops, ws)?))
+    }
+}
+
+impl Sm90Plan {
+    /// A W4A16 dual GEMM whose pair is packed has a kernel for every variant, among them those
+    /// the W4A16 plan must skip (`W16_SKIPPED`: the unpacked decode spills there): the plan
+    /// over every variant, when it picks one of those and needs no more workspace than `ws`.
+    fn packed_dual_plan(&self, ws: &Workspace, sms: usize) -> Option<Sm90Plan> {
+        if self.op != Kind::Dual || self.x == XKind::Nvfp4 {
+            return None;
+        }
+        let mut alt = plan_for(self.op, XKind::Nvfp4, self.mnkl, sms, None);
+        alt.x = self.x;
+        (alt.variant != self.variant && !alt.variant.instantiated(self.op, self.x) && ws.holds(alt.scratch().needs))
+            .then_some(alt)
     }
 }
 
