@@ -269,3 +269,6 @@ class Linear(torch.nn.Module):
         if self.bias is not None:
             y = y + self.bias
         return y.to(self.out_dtype if self.out_dtype is not None else kernel_dtype)
+
+
+from .moe import MoE  # noqa: E402  (the routed experts layer, over the ops registered above)
