@@ -104,7 +104,8 @@ def fake_quant_parts(x, global_scale):
     g = torch.tensor(global_scale, dtype=torch.float32)
     xb = x.float().reshape(*x.shape[:-1], x.shape[-1] // 16, 16)
     amax = xb.abs().amax(dim=-1, keepdim=True)
-    scale = (amax / 6 / g).to(torch.float8_e4m3fn).float()
+    # E4M3 saturates at 448 (SPEC §1); torch's cast gives NaN above it, so clamp first.
+    scale = (amax / 6 / g).clamp(max=448).to(torch.float8_e4m3fn).float()
     safe = torch.where(scale == 0, torch.ones_like(scale), scale)
     q = torch.where(scale == 0, torch.zeros_like(xb), e2m1_rne(xb / (safe * g)))
     return (q.double() * scale.double()).reshape(x.shape), g

@@ -93,6 +93,8 @@ class ModelOptQuantizer(HfQuantizer):
                 continue  # inside a module already planned
             if isinstance(module, torch.nn.Linear):
                 if cfg.is_excluded(name):
+                    if header is not None and header.find(name + ".weight_scale", base):
+                        problems.append(f"{name}: excluded by the config's ignore list but stored quantized")
                     continue
                 if header is not None and header.is_dense(name, base):
                     logger.warning(f"nvfp4: {name} is stored unquantized in the checkpoint; it stays a dense Linear")
@@ -105,6 +107,8 @@ class ModelOptQuantizer(HfQuantizer):
                 plan.append((name, LinearSlot(k, n, module.bias.dtype if bias else None, inp)))
             elif _fused_experts(module):
                 if cfg.is_excluded(name):
+                    if header is not None and header.find(f"{name}.0.gate_proj.weight_scale", base):
+                        problems.append(f"{name}: excluded by the config's ignore list but stored quantized")
                     continue
                 problem = _experts_layout_problem(name, module, text_config)
                 if problem:
