@@ -64,6 +64,21 @@ def edited_copy(src, dest, tensors=None, config=None):
     return dest
 
 
+def equal_alphas(tmp_path):
+    """The Qwen3-MoE export with every expert's weight_scale_2 set to expert 0's, per layer and
+    projection (gate and up share it): a model whose grouped GEMMs take one alpha each."""
+
+    def edit(t):
+        for key in list(t):
+            if ".experts." in key and key.endswith("weight_scale_2"):
+                layer, rest = key.split(".experts.")
+                proj = rest.split(".", 1)[1]
+                t[key] = t[f"{layer}.experts.0.{proj}"].clone()
+        return t
+
+    return edited_copy(checkpoint(MOE), tmp_path / "equal-alphas", tensors=edit)
+
+
 def load_tensors(path):
     from safetensors.torch import load_file
 

@@ -57,21 +57,6 @@ def bits(x):
     return x.contiguous().view(torch.int16)
 
 
-def equal_alphas(tmp_path):
-    """The Qwen3-MoE export with every expert's weight_scale_2 set to expert 0's, per layer and
-    projection (gate and up share it): a model whose grouped GEMMs take one alpha each."""
-
-    def edit(t):
-        for key in list(t):
-            if ".experts." in key and key.endswith("weight_scale_2"):
-                layer, rest = key.split(".experts.")
-                proj = rest.split(".", 1)[1]
-                t[key] = t[f"{layer}.experts.0.{proj}"].clone()
-        return t
-
-    return R.edited_copy(R.checkpoint(R.MOE), tmp_path / "equal-alphas", tensors=edit)
-
-
 def quantized_names(path):
     return {k[: -len(".weight_scale")] for k in R.load_tensors(path) if k.endswith(".weight_scale")}
 
@@ -155,7 +140,7 @@ def test_dense_logits_and_generate(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_moe_equal_alphas_logits_and_generate(mode, tmp_path):
-    compare(equal_alphas(tmp_path), mode)
+    compare(R.equal_alphas(tmp_path), mode)
 
 
 @R.needs_malpha
