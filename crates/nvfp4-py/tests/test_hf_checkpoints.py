@@ -61,6 +61,12 @@ def quantized_names(path):
     return {k[: -len(".weight_scale")] for k in R.load_tensors(path) if k.endswith(".weight_scale")}
 
 
+def assert_every_tensor_loaded(path):
+    """transformers' own account: every checkpoint tensor found its place, none is missing."""
+    _, info = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True)
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs")), info
+
+
 # ---- what from_pretrained builds ---------------------------------------------------------------
 
 
@@ -70,6 +76,7 @@ def test_dense_modules(mode):
     model = load(path, mode)
     t = R.load_tensors(path)
     quantized = quantized_names(path)
+    assert_every_tensor_loaded(path)
     linears = {n: m for n, m in model.named_modules() if isinstance(m, nvt.Linear)}
     assert set(linears) == quantized and len(quantized) == 7
     for name, m in linears.items():
@@ -91,6 +98,7 @@ def test_moe_modules(mode):
     path = R.checkpoint(R.MOE)
     model = load(path, mode)
     t = R.load_tensors(path)
+    assert_every_tensor_loaded(path)
     for layer in range(2):
         p = f"model.layers.{layer}.mlp."
         moe = model.get_submodule(p + "experts")

@@ -69,7 +69,7 @@ def rel(got, want):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_layers_within_the_float32_order_bound(ckpt, mode):
-    name, path = ckpt
+    _, path = ckpt
     model = load(path, mode)
     seen = {}
 
@@ -131,7 +131,7 @@ def test_logits_and_generate(ckpt, mode):
 
 def test_device_map_cuda(ckpt):
     pytest.importorskip("accelerate")
-    name, path = ckpt
+    _, path = ckpt
     model = load(path, "w4a16", device_map="cuda")
     layers = [m for m in model.modules() if isinstance(m, (nvt.Linear, nvt.MoE))]
     assert layers and all(b.is_cuda for m in layers for b in m.buffers())

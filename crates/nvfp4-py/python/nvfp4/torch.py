@@ -319,4 +319,4 @@ class Linear(torch.nn.Module):
         return y if y.dtype == want else y.to(want)
 
 
-from .moe import MoE  # noqa: E402  (the routed experts layer, over the ops registered above)
+from .moe import MoE  # noqa: E402, F401  (the routed experts layer, over the ops registered above)
