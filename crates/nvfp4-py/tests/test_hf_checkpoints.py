@@ -126,14 +126,14 @@ def test_moe_modules(mode):
 # ---- logits and generate against the float64 reference -----------------------------------------
 
 
-def compare(path, mode, device="cpu"):
-    model = load(path, mode, **({} if device == "cpu" else {"device_map": device}))
-    ref, replaced = R.reference_model(path, mode, device=device)
+def compare(path, mode, device="cpu", dtype=torch.bfloat16):
+    model = load(path, mode, dtype=dtype, **({} if device == "cpu" else {"device_map": device}))
+    ref, replaced = R.reference_model(path, mode, dtype=dtype, device=device)
     assert set(replaced) == {n for n, m in model.named_modules() if isinstance(m, (nvt.Linear, nvt.MoE))}
     ids = IDS.to(device)
     with torch.no_grad():
         got, want = model(ids).logits, ref(ids).logits
-    assert got.dtype == want.dtype == torch.bfloat16 and got.shape == (1, IDS.shape[1], 512)
+    assert got.dtype == want.dtype == dtype and got.shape == (1, IDS.shape[1], 512)
     assert torch.equal(bits(got), bits(want)), f"max |diff| {(got.double() - want.double()).abs().max().item()}"
     out = model.generate(ids, max_new_tokens=6, do_sample=False)
     ref_out = ref.generate(ids, max_new_tokens=6, do_sample=False)
@@ -149,6 +149,13 @@ def test_dense_logits_and_generate(mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_moe_equal_alphas_logits_and_generate(mode, tmp_path):
     compare(R.equal_alphas(tmp_path), mode)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_float16_model(mode, tmp_path):
+    """dtype=torch.float16: every layer computes and rounds in float16 instead."""
+    compare(R.checkpoint(R.DENSE), mode, dtype=torch.float16)
+    compare(R.equal_alphas(tmp_path), mode, dtype=torch.float16)
 
 
 @R.needs_malpha
