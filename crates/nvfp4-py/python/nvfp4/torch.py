@@ -47,15 +47,51 @@ def _out(a, n, out_dtype=None, dense=None):
     return a.new_empty(lead + (n,), dtype=out_dtype)
 
 
+# The CPU and CUDA kernels of the ops (what the dispatcher calls at every eager call): for torch
+# tensors of the usual ranks they allocate the output and call the native function once, without
+# going through the generic ``nvfp4.gemm``-style wrappers (which also take NumPy arrays and old
+# torch, and so convert dtypes to names and back, re-read shapes and add a call layer). Anything
+# else (a wrong rank, an out_dtype other than float16/bfloat16, torch without the DLPack C
+# exchange API) takes the generic wrapper, which raises its own messages: same results, same
+# errors. The native functions check everything again; the shortcuts only skip Python work.
+_native = _nv._nvfp4
+_DIRECT = not _nv._LEGACY_TORCH
+_HALF = (torch.float16, torch.bfloat16)
+_RANKS = (2, 3)
+
+
+def _out_lead(a, b):
+    """The output's leading dimensions, as ``nvfp4.gemm`` shapes them: [M] when both operands are
+    2-D, else [L, M]."""
+    if a.dim() == 2 and b.dim() == 2:
+        return (a.shape[0],)
+    return (a.shape[0] if a.dim() == 3 else 1, a.shape[-2])
+
+
 def _gemm(a, sfa, b, sfb, alpha=None, out_dtype=None, layout=None):
+    dt = out_dtype if out_dtype is not None else (a.dtype if sfa is None and a.dtype in _HALF else torch.float16)
+    if _DIRECT and dt in _HALF and a.dim() in _RANKS and b.dim() in _RANKS:
+        out = a.new_empty(_out_lead(a, b) + (b.shape[-2],), dtype=dt)
+        _native.gemm(a, sfa, b, sfb, out, alpha, layout, None)
+        return out
     return _nv.gemm(a, sfa, b, sfb, alpha=alpha, out_dtype=out_dtype, layout=layout)
 
 
 def _gemv(a, sfa, b, sfb, alpha=None, out_dtype=None, layout=None):
+    dt = out_dtype if out_dtype is not None else (b.dtype if sfb is None and b.dtype in _HALF else torch.float16)
+    if _DIRECT and dt in _HALF and a.dim() in _RANKS and b.dim() in _RANKS:
+        out = a.new_empty(_out_lead(a, b) + (1,), dtype=dt)
+        _native.gemv(a, sfa, b, sfb, out, alpha, layout, None)
+        return out
     return _nv.gemv(a, sfa, b, sfb, alpha=alpha, out_dtype=out_dtype, layout=layout)
 
 
 def _dual(a, sfa, b1, sfb1, b2, sfb2, alpha=None, out_dtype=None, layout=None):
+    dt = out_dtype if out_dtype is not None else (a.dtype if sfa is None and a.dtype in _HALF else torch.float16)
+    if _DIRECT and dt in _HALF and a.dim() in _RANKS and b1.dim() in _RANKS:
+        out = a.new_empty(_out_lead(a, b1) + (b1.shape[-2],), dtype=dt)
+        _native.dual_gemm(a, sfa, b1, sfb1, b2, sfb2, out, alpha, layout, None)
+        return out
     return _nv.dual_gemm(a, sfa, b1, sfb1, b2, sfb2, alpha=alpha, out_dtype=out_dtype, layout=layout)
 
 
@@ -68,6 +104,13 @@ def _grouped_moe(a, sfa, b, sfb, offsets, alpha=None, out_dtype=None, layout=Non
 
 
 def _quantize(x, global_scale=None, layout="plain"):
+    if _DIRECT and layout == "plain" and x.dim() in _RANKS:
+        lead, k = tuple(x.shape[:-1]), x.shape[-1]
+        values = x.new_empty(lead + (k // 2,), dtype=torch.uint8)
+        scales = x.new_empty(lead + (k // 16,), dtype=torch.uint8)
+        glob = x.new_empty((1,), dtype=torch.float32)
+        _native.quantize(x, values, scales, glob, global_scale, layout, None, False)
+        return values, scales.view(torch.float8_e4m3fn), glob
     return _nv.quantize(x, global_scale, layout)
 
 
@@ -81,6 +124,9 @@ for _name, _fn in (
 ):
     _lib.impl(_name, _fn, "CPU")
     _lib.impl(_name, _fn, "CUDA")
+
+
+_ops = torch.ops.nvfp4  # looked up once, not at every Linear call
 
 
 @torch.library.register_fake("nvfp4::gemm")
@@ -243,8 +289,8 @@ class Linear(torch.nn.Module):
         return cls(w, s, g, input_scale=i, **kw)
 
     def forward(self, x):
-        shape = x.shape
-        x2 = x.reshape(-1, shape[-1])
+        flat = x.dim() == 2
+        x2 = x if flat else x.reshape(-1, x.shape[-1])
         if not x2.is_contiguous():
             x2 = x2.contiguous()
         rounded = self.out_dtype in (torch.float16, torch.bfloat16)
@@ -255,17 +301,22 @@ class Linear(torch.nn.Module):
                     "(x.to(torch.bfloat16)), or use mode='w4a4', which quantizes any float input"
                 )
             kernel_dtype = self.out_dtype if rounded else x.dtype
-            y = torch.ops.nvfp4.gemm(x2, None, self.weight, self.weight_scale, self.weight_global, kernel_dtype)
+            y = _ops.gemm(x2, None, self.weight, self.weight_scale, self.weight_global, kernel_dtype)
         else:
             if self.input_scale is not None:
-                q, s, _ = torch.ops.nvfp4.quantize(x2, self.input_scale)
+                q, s, _ = _ops.quantize(x2, self.input_scale)
                 alpha = self.input_scale * self.weight_global
             else:
-                q, s, g = torch.ops.nvfp4.quantize(x2)
+                q, s, g = _ops.quantize(x2)
                 alpha = float(g.item()) * self.weight_global
             kernel_dtype = self.out_dtype if rounded else torch.float16
-            y = torch.ops.nvfp4.gemm(q, s, self.weight, self.weight_scale, alpha, kernel_dtype)
-        y = y.reshape(shape[:-1] + (self.out_features,))
+            y = _ops.gemm(q, s, self.weight, self.weight_scale, alpha, kernel_dtype)
+        if not flat:
+            y = y.reshape(x.shape[:-1] + (self.out_features,))
         if self.bias is not None:
             y = y + self.bias
-        return y.to(self.out_dtype if self.out_dtype is not None else kernel_dtype)
+        want = self.out_dtype if self.out_dtype is not None else kernel_dtype
+        return y if y.dtype == want else y.to(want)
+
+
+from .moe import MoE  # noqa: E402, F401  (the routed experts layer, over the ops registered above)

@@ -1,0 +1,196 @@
+"""``nvfp4.torch.MoE``: the routed expert FFN of a mixture-of-experts layer (SwiGLU experts) over
+NVFP4 expert weights, through the grouped GEMM's MoE form (``torch.ops.nvfp4.grouped_gemm_moe``).
+
+One forward, all on the tensors' device with no host synchronization (so a CUDA graph can capture
+it and ``torch.compile`` can trace it):
+
+1. route: the T x k (token, expert) pairs sorted by expert with a stable sort (rows of one expert
+   stay in token order); each expert's end row is a ``searchsorted`` of the sorted ids, an int32
+   tensor [E] on the device, which only the kernels read;
+2. gate/up: one grouped GEMM over the experts' concatenated ``[gate; up]`` weights (N = 2I) with
+   each expert's alpha, rounded once to the activation's 16-bit type; then ``silu(gate) * up`` in
+   float32, rounded once. Why not the dual GEMM: it has no MoE form (one weight pair per launch),
+   and per expert launches would cost E launches and a host-side split. The concatenated form is
+   exact up to the same roundings (each GEMM output rounds once; the SwiGLU rounds once), where the
+   dual GEMM would keep gate and up in float32 until the SwiGLU: the difference is one bf16/f16
+   rounding of gate and up before the SiLU;
+3. down: one grouped GEMM of the SwiGLU rows with each expert's alpha;
+4. combine: the rows put back in (token, slot) order by the sort's permutation (a copy to unique
+   indices: deterministic, no atomics) and summed over the k slots in float32, weighted by the
+   router's weights, then rounded once to the output type.
+
+Modes, as ``Linear``: ``"w4a16"`` (the default: the activations stay 16-bit) and ``"w4a4"``
+(activations quantized to NVFP4 with the checkpoint's calibrated input scales, one per
+projection shared by every expert, as a Blackwell GPU serves a ModelOpt export). Per-expert global
+scales (ModelOpt writes one ``weight_scale_2`` per expert) make per-expert alphas: a float32
+tensor [E] handed to the grouped GEMM; where every expert's alpha is the same it goes as one
+float.
+"""
+
+import torch
+
+MODES = ("w4a16", "w4a4")
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _alphas(global_scale, input_scale, e, name):
+    """Per-expert alphas as float32 [E] (the product taken in float64, then rounded once, as
+    ``Linear`` narrows its float alpha), and the one float they all equal, or None."""
+    g = torch.as_tensor(global_scale, dtype=torch.float64).reshape(-1)
+    if g.numel() == 1:
+        g = g.expand(e)
+    if g.numel() != e:
+        raise ValueError(f"{name}: {g.numel()} global scales for {e} experts")
+    if not bool(torch.isfinite(g).all()) or not bool((g > 0).all()):
+        raise ValueError(f"{name}: every global scale must be finite and > 0")
+    a = g * (1.0 if input_scale is None else float(input_scale))
+    a32 = a.to(torch.float32)
+    uniform = float(a32[0]) if bool((a32 == a32[0]).all()) else None
+    return a32, uniform
+
+
+def _plain_scales(weight, scale, name):
+    """The experts' weight [E, N, K/2] (uint8 or float4_e2m1fn_x2) and plain scales [E, N, K/16]
+    (float8_e4m3fn or uint8), as uint8, checked."""
+    if weight.dim() != 3:
+        raise ValueError(f"{name}: expert weights must be [E, N, K/2], got shape {list(weight.shape)}")
+    e, n, half = weight.shape
+    if scale.shape != (e, n, 2 * half // 16) or (2 * half) % 16:
+        raise ValueError(
+            f"{name}_scale: must be [E, N, K/16] = [{e}, {n}, {2 * half // 16}] (plain scales, K a multiple of "
+            f"16), got shape {list(scale.shape)}"
+        )
+    return weight.view(torch.uint8).contiguous(), scale.view(torch.uint8).contiguous()
+
+
+class MoE(torch.nn.Module):
+    """Routed SwiGLU experts with NVFP4 weights: ``forward(hidden_states, top_k_index,
+    top_k_weights)`` -> the weighted sum over each token's k experts of
+    ``down_e(silu(gate_e(x)) * up_e(x))``, in token order (the call of transformers' fused experts
+    modules, which this one replaces for ModelOpt checkpoints: see ``nvfp4.hf``).
+
+    Arguments (E experts, hidden size H, expert intermediate size I; H and I multiples of 16):
+
+    - ``gate_up``, ``gate_up_scale``: [E, 2I, H/2] packed E2M1 and [E, 2I, H/16] plain E4M3
+      scales, each expert's gate rows then its up rows;
+    - ``gate_up_global``: each expert's global scale (ModelOpt ``weight_scale_2``, which gate and
+      up share), a float or E of them (a sequence or a tensor);
+    - ``down``, ``down_scale``, ``down_global``: the same for the down projection, [E, H, I/2];
+    - ``gate_up_input_scale``, ``down_input_scale``: the activations' calibrated global scales
+      (ModelOpt ``input_scale``, one per projection), needed by ``mode="w4a4"`` only;
+    - ``mode``: ``"w4a16"`` (default) or ``"w4a4"`` (see ``Linear``);
+    - ``out_dtype``: float16 or bfloat16, the type of every rounding; default the input's.
+
+    ``hidden_states`` [T, H] float16/bfloat16; ``top_k_index`` [T, k] integer expert ids (an id
+    >= E, transformers' mark of an expert held elsewhere, contributes nothing); ``top_k_weights``
+    [T, k] the router's weights. Returns [T, H].
+    """
+
+    def __init__(
+        self,
+        gate_up,
+        gate_up_scale,
+        gate_up_global,
+        down,
+        down_scale,
+        down_global,
+        gate_up_input_scale=None,
+        down_input_scale=None,
+        mode="w4a16",
+        out_dtype=None,
+    ):
+        super().__init__()
+        import nvfp4.torch  # noqa: F401  (registers torch.ops.nvfp4, which forward calls)
+
+        if mode not in MODES:
+            raise ValueError(f'mode must be "w4a16" or "w4a4", got {mode!r}')
+        if out_dtype is not None and out_dtype not in _HALF:
+            raise ValueError(f"out_dtype must be torch.float16 or torch.bfloat16, got {out_dtype}")
+        gu, gus = _plain_scales(gate_up, gate_up_scale, "gate_up")
+        dn, dns = _plain_scales(down, down_scale, "down")
+        e, n2, h_half = gu.shape
+        if n2 % 2:
+            raise ValueError(f"gate_up: must hold 2I rows per expert ([gate; up]), got {n2}")
+        inter = n2 // 2
+        if dn.shape != (e, 2 * h_half, inter // 2):
+            raise ValueError(
+                f"down: must be [E, H, I/2] = [{e}, {2 * h_half}, {inter // 2}] for gate_up {list(gu.shape)}, "
+                f"got {list(dn.shape)}"
+            )
+        if mode == "w4a4" and (gate_up_input_scale is None or down_input_scale is None):
+            raise ValueError(
+                "mode='w4a4' needs gate_up_input_scale and down_input_scale (the checkpoint's input_scale of "
+                "each projection): MoE quantizes the activations with calibrated scales only (an amax scale "
+                "would need a host synchronization)"
+            )
+        self.num_experts, self.hidden_size, self.intermediate_size = e, 2 * h_half, inter
+        self.mode, self.out_dtype = mode, out_dtype
+        w4a4 = mode == "w4a4"
+        self.gate_up_input_scale = None if gate_up_input_scale is None else float(gate_up_input_scale)
+        self.down_input_scale = None if down_input_scale is None else float(down_input_scale)
+        gu_alpha, self._gate_up_uniform = _alphas(
+            gate_up_global, self.gate_up_input_scale if w4a4 else None, e, "gate_up_global"
+        )
+        dn_alpha, self._down_uniform = _alphas(down_global, self.down_input_scale if w4a4 else None, e, "down_global")
+        self.register_buffer("gate_up_weight", gu)
+        self.register_buffer("gate_up_weight_scale", gus)
+        self.register_buffer("down_weight", dn)
+        self.register_buffer("down_weight_scale", dns)
+        self.register_buffer("gate_up_alpha", gu_alpha.to(gu.device))
+        self.register_buffer("down_alpha", dn_alpha.to(gu.device))
+        # The boundaries searched for each expert's end row.
+        self.register_buffer("expert_ids", torch.arange(e, device=gu.device), persistent=False)
+
+    def extra_repr(self):
+        return (
+            f"num_experts={self.num_experts}, hidden_size={self.hidden_size}, "
+            f"intermediate_size={self.intermediate_size}, mode={self.mode!r}"
+        )
+
+    def _gemm(self, x, sx, weight, scale, offsets, alpha, uniform, dtype):
+        a = alpha if uniform is None else uniform
+        return torch.ops.nvfp4.grouped_gemm_moe(x, sx, weight, scale, offsets, alpha=a, out_dtype=dtype, layout="plain")
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        x = hidden_states
+        if x.dim() != 2 or x.shape[1] != self.hidden_size:
+            raise ValueError(f"hidden_states must be [T, {self.hidden_size}], got shape {list(x.shape)}")
+        if x.dtype not in _HALF:
+            raise TypeError(f"MoE takes float16 or bfloat16 hidden states, got {x.dtype}")
+        t = x.shape[0]
+        k = top_k_index.shape[-1]
+        dtype = self.out_dtype or x.dtype
+        x = x.contiguous()
+
+        # 1. Route: sorted by expert (stable: token order within an expert), end rows per expert.
+        ids = top_k_index.reshape(-1)
+        sorted_ids, order = torch.sort(ids, stable=True)
+        offsets = torch.searchsorted(sorted_ids, self.expert_ids.to(sorted_ids.dtype), right=True).to(torch.int32)
+        src = torch.div(order, k, rounding_mode="floor")  # the token of each sorted row
+
+        # 2. gate/up, one grouped GEMM over [gate; up], then SwiGLU in float32, rounded once.
+        if self.mode == "w4a16":
+            xa, sa = x.index_select(0, src), None
+        else:  # quantize each token once, then gather its rows
+            q, s, _ = torch.ops.nvfp4.quantize(x, self.gate_up_input_scale)
+            xa, sa = q.index_select(0, src), s.view(torch.uint8).index_select(0, src)
+        gu = self._gemm(
+            xa, sa, self.gate_up_weight, self.gate_up_weight_scale, offsets, self.gate_up_alpha,
+            self._gate_up_uniform, dtype,
+        )
+        gate, up = gu.float().split(self.intermediate_size, dim=1)
+        h = (torch.nn.functional.silu(gate) * up).to(dtype)
+
+        # 3. down.
+        if self.mode == "w4a16":
+            ha, sh = h, None
+        else:
+            ha, sh, _ = torch.ops.nvfp4.quantize(h, self.down_input_scale)
+        y = self._gemm(
+            ha, sh, self.down_weight, self.down_weight_scale, offsets, self.down_alpha, self._down_uniform, dtype
+        )
+
+        # 4. Back to (token, slot) order, weighted sum over the k slots in float32, rounded once.
+        rows = torch.empty_like(y).index_copy_(0, order, y)
+        w = top_k_weights.reshape(t, k, 1).float()
+        return (rows.view(t, k, self.hidden_size).float() * w).sum(dim=1).to(dtype)
