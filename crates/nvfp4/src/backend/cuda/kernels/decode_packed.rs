@@ -18,8 +18,8 @@ fn rotl(x: u32, r: u32) -> u32 {
 fn scale_pair(act: PackAct, w: [u32; 2], j: usize) -> u32 {
     let x = w[j / 2];
     match act {
-        PackAct::Bf16 => ((if j % 2 == 0 { x << 4 } else { x >> 4 }) & 0x0FF0_0FF0) | 0x7000_7000,
-        PackAct::F16 => (if j % 2 == 0 { x << 7 } else { x >> 1 }) & 0x7F80_7F80,
+        PackAct::Bf16 => ((if j.is_multiple_of(2) { x << 4 } else { x >> 4 }) & 0x0FF0_0FF0) | 0x7000_7000,
+        PackAct::F16 => (if j.is_multiple_of(2) { x << 7 } else { x >> 1 }) & 0x7F80_7F80,
     }
 }
 
@@ -84,8 +84,8 @@ fn check(t: &Nvfp4Tensor, act: PackAct) {
                         let k0 = st * PACK_K + sub * 64 + 16 * j + 2 * tq;
                         let places = [(row, k0), (row + 8, k0), (row, k0 + 8), (row + 8, k0 + 8)];
                         for (reg, &(r, k)) in places.iter().enumerate() {
-                            for half in 0..2 {
-                                let (got, w) = (f[reg][half], want(t, b, r, k + half));
+                            for (half, &got) in f[reg].iter().enumerate() {
+                                let w = want(t, b, r, k + half);
                                 let same = got == w || (got.is_nan() && w.is_nan());
                                 assert!(same, "{act:?} batch {b} row {r} k {}: got {got}, want {w}", k + half);
                             }

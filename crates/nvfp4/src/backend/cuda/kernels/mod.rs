@@ -180,13 +180,16 @@ pub fn headers() -> Vec<(&'static str, &'static str)> {
 mod tests {
     use super::*;
 
-    /// Whether `source` stamps out the skeleton kernel `sym` (`OP_nvfp4_sm90_ws_m{BM}n{BN}`, or
-    /// `OP_w4a16{ACT}_sm90_ws_m{BM}n{BN}`): a line `#define NAME(BM, BN) NVFP4_SM90_KERNEL(OP, ...)`
-    /// (`NVFP4_SM90_KERNEL16(OP, ACT, ...)`), a line `NVFP4_SM90_VARIANTS(NAME)`, and (BM, BN) in
+    /// Whether `source` stamps out the skeleton kernel `sym` (`OP_nvfp4_sm90_ws_m{BM}n{BN}`,
+    /// `OP_w4a16{ACT}_sm90_ws_m{BM}n{BN}` or `OP_w4a16{ACT}p_sm90_ws_m{BM}n{BN}`): a line
+    /// `#define NAME(BM, BN) NVFP4_SM90_KERNEL(OP, ...)` (`NVFP4_SM90_KERNEL16(OP, ACT, ...)`,
+    /// `NVFP4_SM90_KERNEL16P(OP, ACT, ...)`), a line `NVFP4_SM90_VARIANTS(NAME)`, and (BM, BN) in
     /// the variant list of the generated header.
     fn stamped(source: &str, sym: &str) -> bool {
         let Some((head, tile)) = sym.split_once("_sm90_ws_m") else { return false };
         let macro_args = match head.split_once("_w4a16") {
+            // The packed weights' kernels: OP_w4a16{ACT}p_sm90_ws_*, NVFP4_SM90_KERNEL16P.
+            Some((op, act)) if act.ends_with('p') => format!("NVFP4_SM90_KERNEL16P({op}, {},", &act[..act.len() - 1]),
             Some((op, act)) => format!("NVFP4_SM90_KERNEL16({op}, {act},"),
             None => match head.strip_suffix("_nvfp4") {
                 Some(op) => format!("NVFP4_SM90_KERNEL({op},"),
@@ -221,6 +224,9 @@ mod tests {
         assert!(!stamped(sm90::GEMM16_BF16_SM90.source, "gemm_nvfp4_sm90_ws_m256n16"));
         assert!(!stamped(sm90::GEMM16_BF16_SM90.source, "gemm_w4a16fp8_sm90_ws_m256n16"));
         assert!(!stamped(sm90::DUAL16_BF16_SM90.source, "gemm_w4a16bf16_sm90_ws_m256n16"));
+        assert!(stamped(sm90::DUAL16P_F16_SM90.source, "dual_gemm_w4a16f16p_sm90_ws_m128n256"));
+        assert!(!stamped(sm90::GEMM16P_F16_SM90.source, "gemm_w4a16f16_sm90_ws_m128n256"));
+        assert!(!stamped(sm90::GEMM16_F16_SM90.source, "gemm_w4a16f16p_sm90_ws_m128n256"));
     }
 
     #[test]
