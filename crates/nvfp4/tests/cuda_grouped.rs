@@ -16,7 +16,7 @@ use nvfp4::backend::cuda::sm90::{Op, VARIANTS};
 use nvfp4::backend::cuda::{CudaBackend, DeviceOp};
 use nvfp4::check::{compare, Mode};
 use nvfp4::format::{F16Tensor, Nvfp4Tensor, ScaleLayout};
-use nvfp4::ops::MoeGemm;
+use nvfp4::ops::{MoeAlpha, MoeGemm};
 use nvfp4::problem::{generate, test_shapes, Problem, ProblemKind, Shape};
 use nvfp4::{Backend, CpuBackend};
 
@@ -112,8 +112,13 @@ fn check_moe(b: &CudaBackend, counts: &[usize], n: usize, k: usize, layout: Scal
     let (da, dw) = (b.upload(&a.to_layout(layout)).unwrap(), b.upload(&w.to_layout(layout)).unwrap());
     let off = b.upload_i32(&offsets).unwrap();
     let c = b.alloc_output([1, t, n]).unwrap();
-    let op =
-        DeviceOp::MoeGemm { a: nvfp4::ops::Act::Nvfp4(&da.view()), b: &dw.view(), offsets: &off, alpha, c: &c.view() };
+    let op = DeviceOp::MoeGemm {
+        a: nvfp4::ops::Act::Nvfp4(&da.view()),
+        b: &dw.view(),
+        offsets: &off,
+        alpha: alpha.into(),
+        c: &c.view(),
+    };
     let bound = b.bind(op).unwrap_or_else(|e| panic!("MoE {counts:?}: {e}"));
     for i in 0..2 {
         b.poison(&c).unwrap();
@@ -159,7 +164,7 @@ fn moe_routings_alternate_on_one_workspace() {
                 a: nvfp4::ops::Act::Nvfp4(&da.view()),
                 b: &dw.view(),
                 offsets: &offs[i],
-                alpha: None,
+                alpha: MoeAlpha::One(None),
                 c: &outs[i].view(),
             };
             b.bind(op).unwrap()
@@ -190,7 +195,7 @@ fn moe_rejects_mismatched_operands() {
         a: nvfp4::ops::Act::Nvfp4(&a.view()),
         b: &w.view(),
         offsets: &two,
-        alpha: None,
+        alpha: MoeAlpha::One(None),
         c: &c.view(),
     };
     assert!(b.bind(op).is_err(), "2 offsets for 3 experts");
@@ -201,7 +206,7 @@ fn moe_rejects_mismatched_operands() {
         a: nvfp4::ops::Act::Nvfp4(&a48.view()),
         b: &w48.view(),
         offsets: &three,
-        alpha: None,
+        alpha: MoeAlpha::One(None),
         c: &c.view(),
     };
     let err = b.bind(op).err().expect("K = 48 cannot take the TMA path");

@@ -180,12 +180,13 @@ impl W16 {
             }
             W16::Moe(m) => {
                 let (a, w, offsets) = (dense(&m.a), nv(&m.b), b.upload_i32(&m.offsets).unwrap());
+                let alphas = m.alpha.as_ref().try_map(|v| b.upload_f32(v)).unwrap();
                 let c = alloc([1, m.a.shape()[1], m.b.rows()]);
                 let op = DeviceOp::MoeGemm {
                     a: Act::Dense(&a.view()),
                     b: &w.view(),
                     offsets: &offsets,
-                    alpha: m.alpha,
+                    alpha: alphas.as_ref(),
                     c: &c.view(),
                 };
                 (vec![c], b.bind(op))

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaFunction, CudaModule};
 
 use super::compile;
-use super::device::{self, DeviceF16, DeviceNvfp4, DeviceOp, I32View, Nvfp4View, Workspace, WorkspaceNeeds};
+use super::device::{self, DeviceF16, DeviceNvfp4, DeviceOp, F32View, I32View, Nvfp4View, Workspace, WorkspaceNeeds};
 use super::device_op::{self, BoundOp};
 use super::family::{DeviceFacts, Kernels};
 use super::kernels::{self, KernelModule};
@@ -189,7 +189,12 @@ impl CudaBackend {
 
     /// Copies i32 values (a MoE launch's expert offsets) to the device.
     pub fn upload_i32(&self, values: &[i32]) -> Result<I32View> {
-        device::upload_i32(&self.gpu, values)
+        device::upload_values(&self.gpu, values)
+    }
+
+    /// Copies f32 values (a MoE launch's per-expert alphas) to the device.
+    pub fn upload_f32(&self, values: &[f32]) -> Result<F32View> {
+        device::upload_values(&self.gpu, values)
     }
 
     /// A zeroed f16 output `[L, rows, cols]` on the device.
