@@ -10,8 +10,9 @@
 //! alpha) within SPEC §4's tolerance (bf16 outputs: 2^-7 relative, one bf16 rounding); a NaN
 //! scale poisons exactly its weight row's output column, and NaN in the blocked layout's padding
 //! past K poisons nothing; launches on a busy side stream; a W4A16 GEMM chained (programmatic
-//! dependent launch) behind the W4A4 GEMM that writes its activation. Outputs are NaN-filled
-//! before every launch, so an unwritten element fails. Needs an NVIDIA GPU:
+//! dependent launch) behind the W4A4 GEMM that writes its activation; the MoE form's per-expert
+//! alphas (cuda_w4a16/moe_alpha.rs). Outputs are NaN-filled before every launch, so an unwritten
+//! element fails. Needs an NVIDIA GPU:
 //! `cargo test --release --test cuda_w4a16 -- --ignored`.
 
 use cudarc::driver::CudaStream;
@@ -30,6 +31,9 @@ use common::{gpu, with_forced};
 // The mma.sync fallback's shapes (cuda_w4a16/fallback.rs).
 #[path = "cuda_w4a16/fallback.rs"]
 mod fallback;
+// The MoE form's per-expert alphas on both routes (cuda_w4a16/moe_alpha.rs).
+#[path = "cuda_w4a16/moe_alpha.rs"]
+mod moe_alpha;
 
 const TYPES: [OutputDtype; 2] = [OutputDtype::Bf16, OutputDtype::F16];
 const LAYOUTS: [ScaleLayout; 2] = [ScaleLayout::Plain, ScaleLayout::Blocked];

@@ -354,8 +354,8 @@ impl Output for F16View {
     }
 }
 
-/// A 4-byte element of a [`ValuesView`]: its name in messages.
-pub trait Value: Copy + Send + Sync + 'static {
+/// A 4-byte element of a [`ValuesView`] (its name in messages).
+pub trait Value: cudarc::driver::DeviceRepr + Copy + Send + Sync + 'static {
     /// `i32`, `f32`.
     const NAME: &'static str;
 }
@@ -406,7 +406,7 @@ impl<T: Value> ValuesView<T> {
 }
 
 /// Copies i32 or f32 values to the device.
-pub(crate) fn upload_values<T: Value + cudarc::driver::DeviceRepr>(gpu: &Gpu, values: &[T]) -> Result<ValuesView<T>> {
+pub(crate) fn upload_values<T: Value>(gpu: &Gpu, values: &[T]) -> Result<ValuesView<T>> {
     let buf = gpu.upload(values, &format!("{} values", T::NAME))?;
     let addr = gpu.addr(&buf);
     Ok(ValuesView { addr, len: values.len(), keep: Some(Owned::new(gpu, buf)), kind: std::marker::PhantomData })
