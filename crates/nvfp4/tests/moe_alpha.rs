@@ -1,13 +1,18 @@
 //! The MoE form's per-expert alphas on the CPU: expert e's rows with E factors are bit for bit the
 //! rows the scalar path gives with alpha = expert e's factor (W4A4 and W4A16, both output types,
 //! both scale layouts, empty experts and rows past the last offset included), E equal factors are
-//! the one alpha, and every bad count or value is a typed error naming the rule and the expert.
+//! the one alpha, and every bad count or value is a typed error naming the rule and the expert;
+//! `nvfp4 check` gives its MoE cases that carry an alpha one per expert, and fails a backend that
+//! applies one alpha to every expert.
 
 use nvfp4::check::reference16::reference16;
+use nvfp4::check::w4a16::{case16_problem, cases16, run_case16};
+use nvfp4::check::{case_problem, cases, expert_alphas, run_case};
 use nvfp4::ops::HostActivation;
 use nvfp4::problem::{generate, generate16, Problem16, Rng, Tier};
 use nvfp4::{
-    Backend, CpuBackend, Error, MoeAlpha, MoeGemm, Nvfp4Tensor, OutTensor, OutputDtype, Problem, ScaleLayout, Shape,
+    Backend, CpuBackend, DualGemm, Error, Gemm, Gemv, GroupedGemm, MoeAlpha, MoeGemm, Nvfp4Tensor, OutTensor,
+    OutputDtype, Problem, ProblemKind, ScaleLayout, Shape,
 };
 
 /// Tokens per expert: empty experts at the start, in the middle and at the end, with 5 rows
@@ -172,7 +177,7 @@ fn bad_counts_and_values_are_typed_errors_naming_the_expert() {
 /// the hand-picked case does not cover (E = 1, many experts, every expert empty but one).
 #[test]
 fn random_routings_follow_the_scalar_path() {
-    let mut rng = Rng::new(0x616c_7068_61);
+    let mut rng = Rng::new(0x0061_6c70_6861);
     for case in 0..6 {
         let e = 1 + rng.below(9) as usize;
         let mut counts: Vec<usize> =
@@ -189,4 +194,90 @@ fn random_routings_follow_the_scalar_path() {
             assert_eq!(rows(&got, r.clone()), rows(&want, r), "case {case} {counts:?} expert {x}");
         }
     }
+}
+
+/// The CPU reference, except that the MoE form applies expert 0's alpha to every expert: what a
+/// kernel that read one alpha would compute.
+struct OneAlpha;
+
+fn first_alpha<A: Clone>(p: &MoeGemm<A>) -> MoeGemm<A> {
+    MoeGemm { alpha: MoeAlpha::One(p.alpha.of_expert(0).unwrap()), ..p.clone() }
+}
+
+impl Backend for OneAlpha {
+    fn name(&self) -> &'static str {
+        "one alpha"
+    }
+    fn gemv_as(&self, p: &Gemv, d: OutputDtype) -> nvfp4::Result<OutTensor> {
+        CpuBackend.gemv_as(p, d)
+    }
+    fn gemm_as(&self, p: &Gemm, d: OutputDtype) -> nvfp4::Result<OutTensor> {
+        CpuBackend.gemm_as(p, d)
+    }
+    fn dual_gemm_as(&self, p: &DualGemm, d: OutputDtype) -> nvfp4::Result<OutTensor> {
+        CpuBackend.dual_gemm_as(p, d)
+    }
+    fn grouped_gemm_as(&self, p: &GroupedGemm, d: OutputDtype) -> nvfp4::Result<Vec<OutTensor>> {
+        CpuBackend.grouped_gemm_as(p, d)
+    }
+    fn moe_gemm_as(&self, p: &MoeGemm, d: OutputDtype) -> nvfp4::Result<OutTensor> {
+        CpuBackend.moe_gemm_as(&first_alpha(p), d)
+    }
+    fn gemv16_as(&self, p: &Gemv<OutTensor>, d: OutputDtype) -> nvfp4::Result<OutTensor> {
+        CpuBackend.gemv16_as(p, d)
+    }
+    fn gemm16_as(&self, p: &Gemm<OutTensor>, d: OutputDtype) -> nvfp4::Result<OutTensor> {
+        CpuBackend.gemm16_as(p, d)
+    }
+    fn dual_gemm16_as(&self, p: &DualGemm<OutTensor>, d: OutputDtype) -> nvfp4::Result<OutTensor> {
+        CpuBackend.dual_gemm16_as(p, d)
+    }
+    fn grouped_gemm16_as(&self, p: &GroupedGemm<OutTensor>, d: OutputDtype) -> nvfp4::Result<Vec<OutTensor>> {
+        CpuBackend.grouped_gemm16_as(p, d)
+    }
+    fn moe_gemm16_as(&self, p: &MoeGemm<OutTensor>, d: OutputDtype) -> nvfp4::Result<OutTensor> {
+        CpuBackend.moe_gemm16_as(&first_alpha(p), d)
+    }
+}
+
+/// The factors the check promises a MoE case with alpha `a` and `e` experts: half, one and two
+/// times `a`, repeating.
+fn promised(a: f32, e: usize) -> Vec<f32> {
+    [0.5 * a, a, 2.0 * a].into_iter().cycle().take(e).collect()
+}
+
+#[test]
+fn check_moe_cases_with_an_alpha_give_one_per_expert() {
+    let specs: Vec<_> = cases(ProblemKind::GroupedGemm, 1)
+        .into_iter()
+        .filter(|c| matches!(c.shape, Shape::Moe { .. }) && c.alpha.is_some())
+        .collect();
+    assert!(!specs.is_empty(), "no MoE check case carries an alpha");
+    let mut caught = 0;
+    for spec in &specs {
+        let Problem::Moe(p) = case_problem(spec).unwrap() else { panic!("{}: the MoE form", spec.label) };
+        let want = promised(spec.alpha.unwrap(), p.experts());
+        assert_eq!(p.alpha, MoeAlpha::PerExpert(want.clone()), "{}", spec.label);
+        assert_eq!(expert_alphas(&spec.shape, spec.alpha), Some(want));
+        assert!(run_case(&CpuBackend, spec).unwrap().passed(), "{}", spec.label);
+        caught += usize::from(!run_case(&OneAlpha, spec).unwrap().passed());
+    }
+    assert!(caught > 0, "no MoE case fails a backend that applies one alpha to every expert");
+    // Other operations, and cases without an alpha, keep the one alpha.
+    assert_eq!(expert_alphas(&Shape::Gemm { m: 1, n: 8, k: 16, l: 1 }, Some(0.5)), None);
+    assert_eq!(expert_alphas(&Shape::Moe { n: 8, k: 16, counts: vec![1, 2] }, None), None);
+
+    let specs16: Vec<_> = cases16(ProblemKind::GroupedGemm, 1)
+        .into_iter()
+        .filter(|c| matches!(c.shape, Shape::Moe { .. }) && c.alpha.is_some())
+        .collect();
+    assert!(!specs16.is_empty(), "no W4A16 MoE check case carries an alpha");
+    let mut caught = 0;
+    for spec in &specs16 {
+        let Problem16::Moe(p) = case16_problem(spec).unwrap() else { panic!("{}: the MoE form", spec.label) };
+        assert_eq!(p.alpha, MoeAlpha::PerExpert(promised(spec.alpha.unwrap(), p.experts())), "{}", spec.label);
+        assert!(run_case16(&CpuBackend, spec).unwrap().passed(), "{}", spec.label);
+        caught += usize::from(!run_case16(&OneAlpha, spec).unwrap().passed());
+    }
+    assert!(caught > 0, "no W4A16 MoE case fails a backend that applies one alpha to every expert");
 }
