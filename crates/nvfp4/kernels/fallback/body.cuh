@@ -142,10 +142,10 @@ __device__ void gemm_body(const MmaProblem* problems, int count) {
   // Epilogue: fragment element e of acc[mi][ni] is row g (+8 for e >= 2), column 2t + e % 2.
   // The sums unbiased, times alpha (the MoE form's expert's own, where it has per-expert alphas),
   // rounded once.
+  // NOTE: the per-expert factor is its own branch, so that the other kernels keep their code.
   const int lane = threadIdx.x % 32;
-  double alpha = P.alpha;
-  if constexpr (MOE)
-    if (P.alphas != nullptr) alpha = moe_alpha(P, s.lb);
+  const bool per_expert = MOE && P.alphas != nullptr;
+  const double expert_alpha = per_expert ? moe_alpha(P, s.lb) : 0.0;
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
@@ -160,8 +160,10 @@ __device__ void gemm_body(const MmaProblem* problems, int count) {
           const float x1 = (float)(unbiased<W>(acc[mi][ni][e]) * P.alpha);
           const float x2 = (float)(unbiased<W>(acc2[DUAL ? mi : 0][ni][e]) * P.alpha2);
           bits = out::of_f32(out::silu(x1) * x2, P.out_bf16);
+        } else if (per_expert) {
+          bits = out::of_f64(unbiased<W>(acc[mi][ni][e]) * expert_alpha, P.out_bf16);
         } else {
-          bits = out::of_f64(unbiased<W>(acc[mi][ni][e]) * alpha, P.out_bf16);
+          bits = out::of_f64(unbiased<W>(acc[mi][ni][e]) * P.alpha, P.out_bf16);
         }
         P.c[((i64)s.l * P.m + row) * P.n + col] = bits;
       }
