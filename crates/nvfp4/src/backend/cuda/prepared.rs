@@ -67,6 +67,11 @@ impl CudaBackend {
     pub fn prepare_as(&self, p: &Problem, dtype: OutputDtype) -> Result<Prepared> {
         let op = p.op();
         op.validate()?;
+        // The host values the operation's metadata does not hold: the offsets and per-expert
+        // alphas (the fields are public).
+        if let Problem::Moe(m) = p {
+            m.validate()?;
+        }
         if let (Op::MoeGemm { .. }, Err(e)) = (&op, self.route(&op.meta())) {
             return Err(Error::Unsupported {
                 backend: "cuda".into(),
