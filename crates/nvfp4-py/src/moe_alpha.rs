@@ -30,9 +30,11 @@ impl MoeAlphaArg {
         let Some(alpha) = alpha.filter(|a| !a.is_none()) else {
             return Ok(MoeAlphaArg::One(None));
         };
-        // A tensor first: a one-element tensor would also read as a float, through a copy to the
-        // host (a synchronization on the GPU).
-        if alpha.hasattr("__dlpack__")? {
+        // A tensor of per-expert alphas first: a one-element tensor would also read as a float,
+        // through a copy to the host (a synchronization on the GPU). A 0-d tensor or array is one
+        // float for every expert, as before per-expert alphas existed.
+        let zero_d = alpha.getattr("ndim").and_then(|d| d.extract::<usize>()).is_ok_and(|d| d == 0);
+        if alpha.hasattr("__dlpack__")? && !zero_d {
             let t = call.tensor(alpha, "alpha")?;
             if t.dtype != Dtype::F32 {
                 return Err(dtype(format!("alpha: per-expert alphas must be float32, got {}", t.dtype)));

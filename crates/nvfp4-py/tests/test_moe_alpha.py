@@ -71,7 +71,8 @@ def test_equal_alphas_are_one_float(rng):
     b, sfb = operand(rng, len(ENDS), 24, 128)
     offs = np.array(ENDS, np.int32)
     one = nvfp4.grouped_gemm((a[0], sfa[0], b, sfb), offsets=offs, alpha=-0.375)
-    for alpha in forms([-0.375] * len(ENDS)):
+    # A 0-d array or a NumPy scalar is one float, as before per-expert alphas.
+    for alpha in forms([-0.375] * len(ENDS)) + [np.array(-0.375), np.float32(-0.375)]:
         got = nvfp4.grouped_gemm((a[0], sfa[0], b, sfb), offsets=offs, alpha=alpha)
         np.testing.assert_array_equal(got.view(np.uint16), one.view(np.uint16))
 
