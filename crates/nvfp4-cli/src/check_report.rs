@@ -189,6 +189,9 @@ pub fn print_json(rows: &[Row], backend: &str) {
                 "passed": r.passed(), "failures": failures, "max_abs_err": max_abs_err, "seconds": r.seconds,
                 "verdict": r.verdict_text(),
             });
+            if let Some(alphas) = nvfp4::check::expert_alphas(&r.shape, r.alpha) {
+                v["expert_alphas"] = serde_json::json!(alphas);
+            }
             if let Some(d) = &r.w4a16 {
                 v["tier"] = serde_json::json!(d.tier.name());
                 v["activation"] = serde_json::json!(short(d.act));

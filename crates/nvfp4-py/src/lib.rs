@@ -11,6 +11,7 @@ mod cpu;
 mod cuda;
 mod error;
 mod moe;
+mod moe_alpha;
 mod operand;
 mod ops;
 mod pack;

@@ -1,8 +1,9 @@
 //! `grouped_gemm_moe`: the MoE form of the grouped GEMM, as `torch._grouped_mm` takes it with
 //! `offs`: the tokens sorted by expert in one tensor, every expert's weights in one `[E, N, K]`
-//! tensor (rows are N, like a `Linear` weight), and int32 cumulative end rows per expert. On the
-//! GPU the offsets stay in device memory (never read by the host: a captured CUDA graph can
-//! change them between replays); on the CPU they are checked and run on the exact reference.
+//! tensor (rows are N, like a `Linear` weight), and int32 cumulative end rows per expert; one
+//! alpha, or one per expert (`moe_alpha`). On the GPU the offsets (and a tensor of per-expert
+//! alphas) stay in device memory (never read by the host: a captured CUDA graph can change them
+//! between replays); on the CPU they are checked and run on the exact reference.
 
 use nvfp4::backend::cuda::{DeviceOp, I32View};
 use nvfp4::ops::{Act, Op};
@@ -12,8 +13,9 @@ use pyo3::prelude::*;
 use crate::act;
 use crate::cpu::on_cpu;
 use crate::error::{dtype, value, IntoPy, PyResult};
+use crate::moe_alpha::{DeviceAlpha, MoeAlphaArg};
 use crate::operand::{check_out, out_dtype, out_view};
-use crate::ops::{check_alpha, key, launch, validate, Call};
+use crate::ops::{key, launch_with, validate, Call};
 use crate::pack::Packed;
 use crate::tensor::{Device, Dtype};
 
@@ -21,9 +23,10 @@ use crate::tensor::{Device, Dtype};
 const OP_MOE: u64 = 4;
 
 /// Row t of the output, for t in `offsets[e-1]..offsets[e]` (`0..offsets[0]` for e = 0), is
-/// `f16(alpha · Σ_k A[t, k] · B[e, n, k])` (bf16 for a bfloat16 `out`); A is NVFP4 tokens, or
-/// dense 16-bit ones with `sfa` None (W4A16). Rows at or past `offsets[E-1]` belong to no expert
-/// and are left as they are, on both backends.
+/// `f16(alpha_e · Σ_k A[t, k] · B[e, n, k])` (bf16 for a bfloat16 `out`), alpha_e the one alpha
+/// (a float) or expert e's (a sequence of E floats, or a float32 tensor [E] on the operands'
+/// device); A is NVFP4 tokens, or dense 16-bit ones with `sfa` None (W4A16). Rows at or past
+/// `offsets[E-1]` belong to no expert and are left as they are, on both backends.
 #[pyfunction]
 #[pyo3(signature = (a, sfa, b, sfb, offsets, out, alpha=None, layout=None, stream=None, packed=None))]
 #[allow(clippy::too_many_arguments)]
@@ -35,7 +38,7 @@ pub fn grouped_gemm_moe(
     sfb: &Bound<'_, PyAny>,
     offsets: &Bound<'_, PyAny>,
     out: &Bound<'_, PyAny>,
-    alpha: Option<f64>,
+    alpha: Option<&Bound<'_, PyAny>>,
     layout: Option<&str>,
     stream: Option<u64>,
     packed: Option<&Bound<'_, PyAny>>,
@@ -46,7 +49,7 @@ pub fn grouped_gemm_moe(
     let offsets = call.tensor(offsets, "offsets")?;
     let out = call.tensor(out, "out")?;
     let packed = Packed::of(&mut call, packed, &a)?;
-    let alpha = check_alpha(alpha)?;
+    let alpha = MoeAlphaArg::parse(&mut call, alpha)?;
     let am = act::meta(&a);
     if am.l() != 1 {
         let (shape, want) = match &a {
@@ -71,18 +74,18 @@ pub fn grouped_gemm_moe(
             offsets.shape
         )));
     }
-    validate(Op::MoeGemm { a: am, b: b.meta, offsets: e, alpha, c: None })?;
+    validate(Op::MoeGemm { a: am, b: b.meta, offsets: e, alpha: alpha.meta(), c: None })?;
     let shape = [1, t, n];
     check_out(&out, shape, act::flat(&a))?;
     match call.device() {
         Device::Cpu => {
             let ends: Vec<i32> =
                 offsets.host_bytes(4)?.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-            let (bh, dtype) = (b.to_host()?, out_dtype(&out));
+            let (bh, host_alpha, dtype) = (b.to_host()?, alpha.to_host()?, out_dtype(&out));
             let (routed, c) = on_cpu!(
                 py,
                 &a,
-                |ah| MoeGemm::new(ah, bh, ends, alpha),
+                |ah| MoeGemm::new(ah, bh, ends, host_alpha),
                 moe_gemm_as / moe_gemm16_as,
                 dtype,
                 MoeGemm::routed_tokens
@@ -99,9 +102,21 @@ pub fn grouped_gemm_moe(
             // (checked above and at import), kept alive by the caller's framework while the
             // enqueued kernels run; the kernels clamp its values into [0, T].
             let ov = unsafe { I32View::from_raw(offsets.ptr, e) }.py()?;
-            let mut k = key(OP_MOE, &[&a, &b], &[&out, &offsets], &[alpha]);
+            let mut k = key(OP_MOE, &[&a, &b], &[&out, &offsets], &[]);
+            alpha.key_into(&mut k);
             k.extend(Packed::key(&packed));
-            launch(py, &call, d, k, || DeviceOp::MoeGemm { a: act::borrow(&av), b: &bv, offsets: &ov, alpha, c: &cv })
+            let dev_alpha = DeviceAlpha::of(&alpha)?;
+            launch_with(py, &call, d, k, |backend, ws| {
+                let bound_alpha = dev_alpha.bind_form(backend)?;
+                let op = DeviceOp::MoeGemm {
+                    a: act::borrow(&av),
+                    b: &bv,
+                    offsets: &ov,
+                    alpha: bound_alpha.as_ref(),
+                    c: &cv,
+                };
+                backend.bind_with(op, ws)
+            })
         }
     }
 }

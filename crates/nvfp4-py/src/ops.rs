@@ -2,7 +2,7 @@
 //! tensors (a copy in, the exact reference, a copy out) or the CUDA backend for device tensors
 //! (zero-copy views, bound and launched on the caller's stream, nothing allocated).
 
-use nvfp4::backend::cuda::{DeviceOp, F16View, GemmViews, Nvfp4View};
+use nvfp4::backend::cuda::{BoundOp, CudaBackend, DeviceOp, F16View, GemmViews, Nvfp4View, Workspace};
 use nvfp4::ops::{Act, Group, Op, OpMeta};
 use nvfp4::{DualGemm, Gemm, Gemv, OutputDtype, ScaleLayout};
 use pyo3::prelude::*;
@@ -153,8 +153,20 @@ pub(crate) fn launch<'v>(
     key: Vec<u64>,
     op: impl FnOnce() -> DeviceOp<'v> + Send,
 ) -> PyResult<()> {
+    launch_with(py, call, ordinal, key, |backend, ws| backend.bind_with(op(), ws))
+}
+
+/// [`launch`] with the bind step the caller's (which may upload what the bound launch keeps,
+/// such as a sequence of per-expert alphas).
+pub(crate) fn launch_with(
+    py: Python<'_>,
+    call: &Call,
+    ordinal: usize,
+    key: Vec<u64>,
+    bind: impl FnOnce(&CudaBackend, &mut Option<Workspace>) -> nvfp4::Result<BoundOp> + Send,
+) -> PyResult<()> {
     let stream = call.stream();
-    py.detach(move || launch_cached(ordinal, stream, key, |backend, ws| backend.bind_with(op(), ws)))
+    py.detach(move || launch_cached(ordinal, stream, key, bind))
 }
 
 /// `c = A·Bᵀ`: A the activation (NVFP4, or dense 16-bit with `sfa` None), B the NVFP4 weight.

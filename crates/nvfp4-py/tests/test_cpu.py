@@ -148,8 +148,10 @@ def test_moe_errors(rng):
         nvfp4.grouped_gemm((a, sfa, b, sfb), offsets=[8, 16, 24])
     with pytest.raises(TypeError, match="one tuple"):
         nvfp4.grouped_gemm([(a, sfa, b, sfb), (a, sfa, b, sfb)], offsets=offs)
-    with pytest.raises(TypeError):
-        nvfp4.grouped_gemm((a, sfa, b, sfb), offsets=offs, alpha=[1.0, 2.0, 3.0])
+    with pytest.raises(TypeError, match="alpha must be a float, a sequence of floats"):
+        nvfp4.grouped_gemm((a, sfa, b, sfb), offsets=offs, alpha="half")
+    with pytest.raises(ValueError, match="2 alphas for E = 3 experts"):
+        nvfp4.grouped_gemm((a, sfa, b, sfb), offsets=offs, alpha=[1.0, 2.0])
     with pytest.raises(ValueError, match="alpha"):
         nvfp4.grouped_gemm((a, sfa, b, sfb), offsets=offs, alpha=float("nan"))
 

@@ -4,7 +4,9 @@
 // The pre-pass decodes every group's X (block 1 on) and builds the work table (block 0) that the
 // main kernel walks (sm90/grouped.cuh). The main kernel is the GEMM's instantiation with the
 // grouped scheduler: each work unit names its group's problem (tensor maps, scale mode, alpha,
-// output), kept in device memory and written once when the groups are bound.
+// output), kept in device memory and written once when the groups are bound. A MoE launch with
+// per-expert alphas scales each unit by its expert's, read from the device by the store
+// (sm90/epilogue.cuh, StoreF16ByBatch).
 #include "sm90/kernel.cuh"
 #include "sm90/grouped.cuh"
 #include "sm90/decode_x.cuh"
@@ -33,5 +35,5 @@ extern "C" __global__ void __launch_bounds__(sm90::BUILD_THREADS)
 
 // Variants grouped_gemm_nvfp4_sm90_ws_m{BM}n{BN}, one per tile of the variant list (generated.cuh):
 // the host picks one per launch.
-#define GROUPED_VARIANT(BM, BN) NVFP4_SM90_KERNEL(grouped_gemm, 1, sm90::Grouped, sm90::StoreF16, BM, BN)
+#define GROUPED_VARIANT(BM, BN) NVFP4_SM90_KERNEL(grouped_gemm, 1, sm90::Grouped, sm90::StoreF16ByBatch, BM, BN)
 NVFP4_SM90_VARIANTS(GROUPED_VARIANT)

@@ -6,5 +6,5 @@
 
 // Variants grouped_gemm_w4a16f16_sm90_ws_m{BM}n{BN}, one per tile of the variant list
 // (generated.cuh).
-#define GROUPED16_F16(BM, BN) NVFP4_SM90_KERNEL16(grouped_gemm, f16, 1, sm90::Grouped, sm90::StoreF16, BM, BN)
+#define GROUPED16_F16(BM, BN) NVFP4_SM90_KERNEL16(grouped_gemm, f16, 1, sm90::Grouped, sm90::StoreF16ByBatch, BM, BN)
 NVFP4_SM90_VARIANTS(GROUPED16_F16)

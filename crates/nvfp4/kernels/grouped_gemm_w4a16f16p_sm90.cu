@@ -6,5 +6,5 @@
 #include "sm90/grouped_table.cuh"
 
 // Variants grouped_gemm_w4a16f16p_sm90_ws_m{BM}n{BN}, one per tile of the variant list.
-#define GROUPED16P_F16(BM, BN) NVFP4_SM90_KERNEL16P(grouped_gemm, f16, 1, sm90::Grouped, sm90::StoreF16, BM, BN)
+#define GROUPED16P_F16(BM, BN) NVFP4_SM90_KERNEL16P(grouped_gemm, f16, 1, sm90::Grouped, sm90::StoreF16ByBatch, BM, BN)
 NVFP4_SM90_VARIANTS(GROUPED16P_F16)

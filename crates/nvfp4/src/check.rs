@@ -187,7 +187,8 @@ pub struct CaseSpec {
 }
 
 /// The checker's cases for `kind`: every SPEC test shape, then the extra edge shapes. Layouts
-/// alternate plain/blocked; every third extra case carries an alpha.
+/// alternate plain/blocked; every third extra case carries an alpha (per expert in half the MoE
+/// cases: [`expert_alphas`]).
 pub fn cases(kind: ProblemKind, seed: u64) -> Vec<CaseSpec> {
     let tests = problem::test_shapes(kind).into_iter().enumerate().map(|(i, s)| (format!("test:{i}"), s, None));
     let alpha = if kind.exact_data() { 0.5 } else { 0.75 };
@@ -208,10 +209,28 @@ pub fn cases(kind: ProblemKind, seed: u64) -> Vec<CaseSpec> {
         .collect()
 }
 
-/// Builds the problem a case describes (plain scales, alpha set).
+/// The per-expert alphas a case of `shape` carrying `alpha` gives the MoE form when its expert
+/// count E is even: expert e's is alpha × 2^((e mod 3) − 1) (half the alpha, the alpha, twice it,
+/// again), distinct factors that keep exact data exact. A MoE case with an odd E keeps the one
+/// alpha, so that the check runs both epilogues. `None` for those, for the other operations and
+/// for a case without an alpha.
+pub fn expert_alphas(shape: &Shape, alpha: Option<f32>) -> Option<Vec<f32>> {
+    match (shape, alpha) {
+        (Shape::Moe { counts, .. }, Some(a)) if counts.len() % 2 == 0 => {
+            Some((0..counts.len()).map(|e| a * [0.5, 1.0, 2.0][e % 3]).collect())
+        }
+        _ => None,
+    }
+}
+
+/// Builds the problem a case describes (plain scales, alpha set: per expert in the MoE form with
+/// an even expert count, [`expert_alphas`]).
 pub fn case_problem(spec: &CaseSpec) -> crate::Result<Problem> {
     let mut p = problem::generate(&spec.shape, spec.seed)?;
     p.set_alpha(spec.alpha)?;
+    if let Some(alphas) = expert_alphas(&spec.shape, spec.alpha) {
+        p.set_moe_alpha(alphas.into())?;
+    }
     Ok(p)
 }
 

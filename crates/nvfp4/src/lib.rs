@@ -23,5 +23,5 @@ pub mod problem;
 pub use backend::CpuBackend;
 pub use error::{Error, Result};
 pub use format::{F16Tensor, GlobalScale, Nvfp4Tensor, OutTensor, OutputDtype, ScaleLayout};
-pub use ops::{Backend, DualGemm, Gemm, Gemv, GroupedGemm, MoeGemm};
+pub use ops::{Backend, DualGemm, Gemm, Gemv, GroupedGemm, MoeAlpha, MoeGemm};
 pub use problem::{Output, Problem, ProblemKind, Shape};

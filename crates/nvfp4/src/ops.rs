@@ -1,14 +1,17 @@
 //! The backend-neutral operation API: one operand struct per operation (validated on
-//! construction), the grouped GEMM's MoE form ([`MoeGemm`], in `ops/moe.rs`) and the [`Backend`]
-//! trait that every backend implements.
+//! construction), the grouped GEMM's MoE form ([`MoeGemm`], in `ops/moe.rs`, with its one or
+//! per-expert alpha, [`MoeAlpha`] in `ops/moe_alpha.rs`) and the [`Backend`] trait that every
+//! backend implements.
 
 mod act;
 mod moe;
+mod moe_alpha;
 mod op;
 mod scalars;
 
 pub use act::{Act, ActMeta, Activation, HostActivation};
 pub use moe::MoeGemm;
+pub use moe_alpha::{Alphas, MoeAlpha};
 pub use op::{Group, Offsets, Op, OpMeta, Operand, OutMeta, Output};
 pub(crate) use scalars::check_product;
 pub use scalars::{alpha_from_f64, check_global_scale, effective_alpha, parse_alpha};
@@ -61,9 +64,9 @@ pub struct GroupedGemm<A = Nvfp4Tensor> {
     pub groups: Vec<Gemm<A>>,
 }
 
-/// A host operation as the generic [`Op`] (borrowed operands, outputs made by the backend; the
-/// activation an NVFP4 tensor, or `&OutTensor` for W4A16).
-pub type HostOp<'a, A = &'a Nvfp4Tensor> = Op<&'a Nvfp4Tensor, &'a [i32], (), A>;
+/// A host operation as the generic [`Op`] (borrowed operands, offsets and per-expert alphas,
+/// outputs made by the backend; the activation an NVFP4 tensor, or `&OutTensor` for W4A16).
+pub type HostOp<'a, A = &'a Nvfp4Tensor> = Op<&'a Nvfp4Tensor, &'a [i32], &'a [f32], (), A>;
 
 impl<A: HostActivation> Gemv<A> {
     /// Checks that A is `[L, M, K]` and B is `[L, 1, K]` ([`Op::validate`]).

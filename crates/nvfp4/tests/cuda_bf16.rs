@@ -168,12 +168,13 @@ fn moe_bf16_bit_exact() {
         let want = CpuBackend.moe_gemm_as(&p, BF16).unwrap();
         let (da, dw) = (b.upload(&p.a).unwrap(), b.upload(&p.b).unwrap());
         let off = b.upload_i32(&p.offsets).unwrap();
+        let alphas = p.alpha.as_ref().try_map(|v| b.upload_f32(v)).unwrap();
         let c = b.alloc_output_as([1, t + extra, 384], BF16).unwrap();
         let op = DeviceOp::MoeGemm {
             a: nvfp4::ops::Act::Nvfp4(&da.view()),
             b: &dw.view(),
             offsets: &off,
-            alpha: p.alpha,
+            alpha: alphas.as_ref(),
             c: &c.view(),
         };
         let bound = b.bind(op).unwrap();

@@ -8,15 +8,16 @@
 //! outputs poisoned, launched twice (the table is rebuilt and the counters reset); every variant
 //! forced on ragged groups (M or N of 1, 7, 130, K tails, groups whose W is A); the MoE form with
 //! device offsets: one expert holding every token, empty experts first, in the middle and last,
-//! rows past the last offset left unwritten, and two routings alternating on one workspace (the
-//! CPU backend's MoE form is the reference); the small sweep the sanitizer runs.
+//! rows past the last offset left unwritten, one alpha or one per expert (on the device too), and
+//! two routings alternating on one workspace (the CPU backend's MoE form is the reference); the
+//! small sweep the sanitizer runs.
 
 use half::f16;
 use nvfp4::backend::cuda::sm90::{Op, VARIANTS};
 use nvfp4::backend::cuda::{CudaBackend, DeviceOp};
 use nvfp4::check::{compare, Mode};
 use nvfp4::format::{F16Tensor, Nvfp4Tensor, ScaleLayout};
-use nvfp4::ops::MoeGemm;
+use nvfp4::ops::{MoeAlpha, MoeGemm};
 use nvfp4::problem::{generate, test_shapes, Problem, ProblemKind, Shape};
 use nvfp4::{Backend, CpuBackend};
 
@@ -87,7 +88,7 @@ fn tensor(l: usize, rows: usize, k: usize, seed: u64) -> Nvfp4Tensor {
 
 /// The MoE form's reference: the CPU backend's, with NaN (the poison a kernel must leave) in the
 /// rows past the last offset.
-fn moe_reference(a: &Nvfp4Tensor, w: &Nvfp4Tensor, offsets: &[i32], alpha: Option<f32>) -> F16Tensor {
+fn moe_reference(a: &Nvfp4Tensor, w: &Nvfp4Tensor, offsets: &[i32], alpha: impl Into<MoeAlpha>) -> F16Tensor {
     let p = MoeGemm::new(a.clone(), w.clone(), offsets.to_vec(), alpha).unwrap();
     let c = CpuBackend.moe_gemm(&p).unwrap();
     let routed = c.cols() * *offsets.last().unwrap() as usize;
@@ -95,8 +96,9 @@ fn moe_reference(a: &Nvfp4Tensor, w: &Nvfp4Tensor, offsets: &[i32], alpha: Optio
     F16Tensor::new(1, c.rows(), c.cols(), data).unwrap()
 }
 
-/// Runs the MoE form on the device with offsets in device memory, output poisoned, twice.
-fn check_moe(b: &CudaBackend, counts: &[usize], n: usize, k: usize, layout: ScaleLayout, seed: u64) {
+/// Runs the MoE form on the device with offsets in device memory, output poisoned, twice; with
+/// one alpha, or (`per_expert`) a distinct one per expert, also in device memory.
+fn check_moe(b: &CudaBackend, counts: &[usize], n: usize, k: usize, layout: ScaleLayout, seed: u64, per_expert: bool) {
     let t: usize = counts.iter().sum::<usize>() + 5; // 5 rows past the last expert
     let a = tensor(1, t, k, seed).with_global_scale(0.5);
     let w = tensor(counts.len(), n, k, seed + 1).with_global_scale(2.0);
@@ -107,20 +109,35 @@ fn check_moe(b: &CudaBackend, counts: &[usize], n: usize, k: usize, layout: Scal
             Some(*s)
         })
         .collect();
-    let alpha = Some(0.25);
-    let expected = moe_reference(&a, &w, &offsets, alpha);
+    // Per expert: 0.25, -0.6, 1.35, ... (the last expert's the largest in magnitude).
+    let alpha: MoeAlpha = if per_expert {
+        (0..counts.len())
+            .map(|e| (0.25 + 0.35 * e as f32) * if e % 2 == 0 { 1.0 } else { -1.0 })
+            .collect::<Vec<_>>()
+            .into()
+    } else {
+        Some(0.25).into()
+    };
+    let expected = moe_reference(&a, &w, &offsets, alpha.clone());
     let (da, dw) = (b.upload(&a.to_layout(layout)).unwrap(), b.upload(&w.to_layout(layout)).unwrap());
     let off = b.upload_i32(&offsets).unwrap();
+    let alphas = alpha.as_ref().try_map(|v| b.upload_f32(v)).unwrap();
     let c = b.alloc_output([1, t, n]).unwrap();
-    let op =
-        DeviceOp::MoeGemm { a: nvfp4::ops::Act::Nvfp4(&da.view()), b: &dw.view(), offsets: &off, alpha, c: &c.view() };
+    let op = DeviceOp::MoeGemm {
+        a: nvfp4::ops::Act::Nvfp4(&da.view()),
+        b: &dw.view(),
+        offsets: &off,
+        alpha: alphas.as_ref(),
+        c: &c.view(),
+    };
     let bound = b.bind(op).unwrap_or_else(|e| panic!("MoE {counts:?}: {e}"));
     for i in 0..2 {
         b.poison(&c).unwrap();
         bound.launch().unwrap();
         let got = b.download(&c).unwrap();
         let report = compare(&got, &expected, Mode::BitExact);
-        assert!(report.passed(), "MoE {counts:?} N={n} K={k} {layout:?} launch {i} ({}): {report}", bound.describe());
+        let what = format!("MoE {counts:?} N={n} K={k} {layout:?} per-expert alphas {per_expert}");
+        assert!(report.passed(), "{what} launch {i} ({}): {report}", bound.describe());
     }
 }
 
@@ -136,7 +153,9 @@ fn moe_device_offsets_bit_exact() {
         (vec![7, 0, 129, 1, 300, 16], 7, 1024),
     ];
     for (i, (counts, n, k)) in cases.iter().enumerate() {
-        check_moe(&b, counts, *n, *k, LAYOUTS[i % 2], 100 + i as u64);
+        for per_expert in [false, true] {
+            check_moe(&b, counts, *n, *k, LAYOUTS[i % 2], 100 + i as u64, per_expert);
+        }
     }
 }
 
@@ -159,7 +178,7 @@ fn moe_routings_alternate_on_one_workspace() {
                 a: nvfp4::ops::Act::Nvfp4(&da.view()),
                 b: &dw.view(),
                 offsets: &offs[i],
-                alpha: None,
+                alpha: MoeAlpha::One(None),
                 c: &outs[i].view(),
             };
             b.bind(op).unwrap()
@@ -190,7 +209,7 @@ fn moe_rejects_mismatched_operands() {
         a: nvfp4::ops::Act::Nvfp4(&a.view()),
         b: &w.view(),
         offsets: &two,
-        alpha: None,
+        alpha: MoeAlpha::One(None),
         c: &c.view(),
     };
     assert!(b.bind(op).is_err(), "2 offsets for 3 experts");
@@ -201,7 +220,7 @@ fn moe_rejects_mismatched_operands() {
         a: nvfp4::ops::Act::Nvfp4(&a48.view()),
         b: &w48.view(),
         offsets: &three,
-        alpha: None,
+        alpha: MoeAlpha::One(None),
         c: &c.view(),
     };
     let err = b.bind(op).err().expect("K = 48 cannot take the TMA path");
@@ -209,7 +228,7 @@ fn moe_rejects_mismatched_operands() {
 }
 
 /// The small sweep compute-sanitizer runs: ragged lists with tiny groups, and MoE launches with
-/// empty experts, in both layouts.
+/// empty experts (one alpha, and one per expert), in both layouts.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn grouped_sm90_sanitizer_sweep() {
@@ -221,6 +240,8 @@ fn grouped_sm90_sanitizer_sweep() {
             check(&b, &grouped(g, 60 + i as u64).with_layout(layout), Mode::BitExact, 1, &format!("sweep {i}"));
         }
     }
-    check_moe(&b, &[0, 3, 0, 130, 0], 130, 320, ScaleLayout::Blocked, 70);
-    check_moe(&b, &[1, 0, 0], 7, 64, ScaleLayout::Plain, 71);
+    for per_expert in [false, true] {
+        check_moe(&b, &[0, 3, 0, 130, 0], 130, 320, ScaleLayout::Blocked, 70, per_expert);
+        check_moe(&b, &[1, 0, 0], 7, 64, ScaleLayout::Plain, 71, per_expert);
+    }
 }

@@ -77,13 +77,14 @@ fn call(b: &CudaBackend, p: &Problem, ws: &mut Option<Workspace>, stream: &CudaS
         Problem::Moe(m) => {
             let (a, bb, offsets) =
                 (b.upload(&m.a).unwrap(), b.upload(&m.b).unwrap(), b.upload_i32(&m.offsets).unwrap());
+            let alphas = m.alpha.as_ref().try_map(|v| b.upload_f32(v)).unwrap();
             let (_, t, n, _) = m.etnk();
             let c = out([1, t, n]);
             let op = DeviceOp::MoeGemm {
                 a: nvfp4::ops::Act::Nvfp4(&a.view()),
                 b: &bb.view(),
                 offsets: &offsets,
-                alpha: m.alpha,
+                alpha: alphas.as_ref(),
                 c: &c.view(),
             };
             (vec![c], b.bind_with(op, ws))

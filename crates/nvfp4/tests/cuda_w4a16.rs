@@ -10,8 +10,9 @@
 //! alpha) within SPEC §4's tolerance (bf16 outputs: 2^-7 relative, one bf16 rounding); a NaN
 //! scale poisons exactly its weight row's output column, and NaN in the blocked layout's padding
 //! past K poisons nothing; launches on a busy side stream; a W4A16 GEMM chained (programmatic
-//! dependent launch) behind the W4A4 GEMM that writes its activation. Outputs are NaN-filled
-//! before every launch, so an unwritten element fails. Needs an NVIDIA GPU:
+//! dependent launch) behind the W4A4 GEMM that writes its activation; the MoE form's per-expert
+//! alphas (cuda_w4a16/moe_alpha.rs). Outputs are NaN-filled before every launch, so an unwritten
+//! element fails. Needs an NVIDIA GPU:
 //! `cargo test --release --test cuda_w4a16 -- --ignored`.
 
 use cudarc::driver::CudaStream;
@@ -33,6 +34,9 @@ mod fallback;
 // The weights' packed form (cuda_w4a16/packed.rs).
 #[path = "cuda_w4a16/packed.rs"]
 mod packed;
+// The MoE form's per-expert alphas on both routes (cuda_w4a16/moe_alpha.rs).
+#[path = "cuda_w4a16/moe_alpha.rs"]
+mod moe_alpha;
 
 const TYPES: [OutputDtype; 2] = [OutputDtype::Bf16, OutputDtype::F16];
 const LAYOUTS: [ScaleLayout; 2] = [ScaleLayout::Plain, ScaleLayout::Blocked];
@@ -204,12 +208,13 @@ impl W16 {
             }
             W16::Moe(m) => {
                 let (a, w, offsets) = (dense(&m.a), nv(&m.b), b.upload_i32(&m.offsets).unwrap());
+                let alphas = m.alpha.as_ref().try_map(|v| b.upload_f32(v)).unwrap();
                 let c = alloc([1, m.a.shape()[1], m.b.rows()]);
                 let op = DeviceOp::MoeGemm {
                     a: Act::Dense(&a.view()),
                     b: &w.view(),
                     offsets: &offsets,
-                    alpha: m.alpha,
+                    alpha: alphas.as_ref(),
                     c: &c.view(),
                 };
                 (vec![c], b.bind(op))

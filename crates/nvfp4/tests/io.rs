@@ -110,7 +110,7 @@ fn with_alpha(p: Problem, alpha: Option<f32>) -> Problem {
             Problem::GroupedGemm(g)
         }
         Problem::Moe(mut g) => {
-            g.alpha = alpha;
+            g.alpha = alpha.into();
             Problem::Moe(g)
         }
     }

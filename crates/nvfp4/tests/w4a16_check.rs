@@ -256,7 +256,7 @@ impl Backend for Faulty {
         Ok(groups)
     }
     fn moe_gemm16_as(&self, p: &MoeGemm<OutTensor>, d: OutputDtype) -> nvfp4::Result<OutTensor> {
-        self.run(p, |q| CpuBackend.moe_gemm16_as(q, d), |q| q.alpha = None)
+        self.run(p, |q| CpuBackend.moe_gemm16_as(q, d), |q| q.alpha = None.into())
     }
 }
 

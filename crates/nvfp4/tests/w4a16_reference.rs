@@ -64,7 +64,8 @@ fn a_decoded_activation_gives_the_w4a4_bits() {
                         (cpu.grouped_gemm_as(g, dtype).unwrap(), cpu.grouped_gemm16_as(&q, dtype).unwrap())
                     }
                     Problem::Moe(m) => {
-                        let q = MoeGemm::new(dense(&m.a, act), m.b.clone(), m.offsets.clone(), m.alpha).unwrap();
+                        let q =
+                            MoeGemm::new(dense(&m.a, act), m.b.clone(), m.offsets.clone(), m.alpha.clone()).unwrap();
                         (vec![cpu.moe_gemm_as(m, dtype).unwrap()], vec![cpu.moe_gemm16_as(&q, dtype).unwrap()])
                     }
                 };

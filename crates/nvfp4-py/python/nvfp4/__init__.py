@@ -14,6 +14,7 @@ stay NVFP4; the result is in the activation's dtype unless ``out_dtype``/``out``
     dual_gemm(x, None, w1, s1, w2, s2, alpha=g)    # silu(x @ w1^T) * (x @ w2^T)
     grouped_gemm([(x0, None, w0, s0), ...], alpha=[g0, ...])   # every group one mode
     grouped_gemm((x, None, w, sfw), offsets=offs, alpha=g)     # MoE: x [T, K], w [E, N, K/2]
+    grouped_gemm((x, None, w, sfw), offsets=offs, alpha=g_e)   # g_e: one per expert, float32 [E]
 
 The activation is the GEMM's ``a`` (each group's, the MoE tokens) and the GEMV's vector ``b``
 (whose matrix ``a`` is the weight). In W4A16 ``alpha`` is the weight's global scale alone
@@ -275,10 +276,16 @@ def grouped_gemm(groups, *, alpha=None, layout=None, out=None, out_dtype=None, o
       the cumulative end row of each expert's tokens (expert e owns rows offsets[e-1]:offsets[e],
       an expert may own none). Returns [T, N] ([1, T, N] when a is [1, T, K/2]). Rows at or past
       offsets[-1] belong to no expert: zero in a new output, left as they are in ``out=``.
-      ``alpha``: one float, global_a * global_b (the experts sharing one global scale). On the
-      GPU only the kernel reads the offsets (no host synchronization: a captured CUDA graph may
-      change them between replays, values are clamped into [0, T]); on the CPU they must not
-      decrease and lie in [0, T].
+      ``alpha``: one float for every expert (global_a * global_b), or one per expert (a ModelOpt
+      MoE export's ``weight_scale_2`` of each expert, times ``input_scale`` in W4A4): a sequence
+      of E floats, or a 1-D float32 tensor [E] on a's device. Expert e's rows are then exactly
+      what one float alpha_e gives them. On the GPU only the kernel reads the offsets and a
+      tensor of alphas (no copy, no host synchronization: a captured CUDA graph may change them
+      between replays; offsets are clamped into [0, T], alphas are used as they are, so a NaN
+      one makes its expert's rows NaN); a sequence is uploaded when the call is first bound. On
+      the CPU the offsets must not decrease and lie in [0, T], and every alpha follows the
+      float's rules (finite; with the global scales a factor that neither overflows nor, unless
+      the alpha is 0, rounds to 0).
 
     W4A16 in both forms: each activation dense float16/bfloat16 ([M_g, K_g]; the MoE tokens
     [T, K]) with ``None`` for its scales, and ``alpha`` the weights' global scales. The groups of

@@ -5,10 +5,12 @@ built from a ModelOpt or compressed-tensors checkpoint.
 The ops are registered with ``torch.library.Library`` define/impl (cheaper per call than
 ``@torch.library.custom_op``): ``nvfp4::gemm``, ``nvfp4::gemv``, ``nvfp4::dual_gemm``,
 ``nvfp4::grouped_gemm``, ``nvfp4::grouped_gemm_moe`` (the MoE form: tokens, stacked expert
-weights, int32 offsets), ``nvfp4::quantize``. The activation's scales are optional (``None``: a
-dense float16/bfloat16 activation, W4A16, whose dtype the result takes unless ``out_dtype`` is
-given): ``sfa`` of gemm, dual_gemm and grouped_gemm_moe, each group's of grouped_gemm, and the
-GEMV vector's ``sfb``.
+weights, int32 offsets; its ``alpha`` one float, a list of E floats or a float32 tensor [E] of
+per-expert alphas on the operands' device: three overloads, ``.default``, ``.list`` and
+``.Tensor``), ``nvfp4::quantize``. The activation's scales are optional (``None``: a dense
+float16/bfloat16 activation, W4A16, whose dtype the result takes unless ``out_dtype`` is given):
+``sfa`` of gemm, dual_gemm and grouped_gemm_moe, each group's of grouped_gemm, and the GEMV
+vector's ``sfb``.
 """
 
 import torch
@@ -33,10 +35,14 @@ _lib.define(
 _lib.define(
     f"grouped_gemm(Tensor[] a, Tensor?[] sfa, Tensor[] b, Tensor[] sfb, float[]? alpha=None, {_OUT}) -> Tensor[]"
 )
-_lib.define(
-    "grouped_gemm_moe(Tensor a, Tensor? sfa, Tensor b, Tensor sfb, Tensor offsets, float? alpha=None, "
-    f"{_OUT}) -> Tensor"
-)
+# The MoE form's alpha: one float (the default overload), a float32 tensor [E] of per-expert
+# alphas (.Tensor: read by the kernel, graph-safe) or a list of E floats (.list). The packet tries
+# the overloads in the order defined, so .Tensor comes first: a one-element tensor would also
+# parse as a float, through a host synchronization.
+_MOE = "grouped_gemm_moe{}(Tensor a, Tensor? sfa, Tensor b, Tensor sfb, Tensor offsets, {}, {}) -> Tensor"
+_lib.define(_MOE.format(".Tensor", "Tensor alpha", _OUT))
+_lib.define(_MOE.format("", "float? alpha=None", _OUT))
+_lib.define(_MOE.format(".list", "float[] alpha", _OUT))
 _lib.define("quantize(Tensor x, float? global_scale=None, str layout='plain') -> (Tensor, Tensor, Tensor)")
 
 
@@ -126,6 +132,8 @@ for _name, _fn in (
     ("dual_gemm", _dual),
     ("grouped_gemm", _grouped),
     ("grouped_gemm_moe", _grouped_moe),
+    ("grouped_gemm_moe.Tensor", _grouped_moe),
+    ("grouped_gemm_moe.list", _grouped_moe),
     ("quantize", _quantize),
 ):
     _lib.impl(_name, _fn, "CPU")
@@ -157,6 +165,8 @@ def _grouped_fake(a, sfa, b, sfb, alpha=None, out_dtype=None, layout=None):
 
 
 @torch.library.register_fake("nvfp4::grouped_gemm_moe")
+@torch.library.register_fake("nvfp4::grouped_gemm_moe.Tensor")
+@torch.library.register_fake("nvfp4::grouped_gemm_moe.list")
 def _grouped_moe_fake(a, sfa, b, sfb, offsets, alpha=None, out_dtype=None, layout=None):
     return _out(a, b.shape[-2], out_dtype, _nv._dense(a, sfa))
 

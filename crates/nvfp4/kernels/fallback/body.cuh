@@ -73,6 +73,12 @@ NVFP4_DEVICE double unbiased(float sum) {
     return (double)sum * W::UNBIAS;
 }
 
+// The MoE form's factor of expert e from its per-expert alphas: (alphas[e] * global(a)) *
+// global(b) in f32, the reference's order (round to nearest, no contraction).
+NVFP4_DEVICE double moe_alpha(const MmaProblem& P, int e) {
+  return (double)__fmul_rn(__fmul_rn(__uint_as_float(ptx::ld_nc_u32(P.alphas + e)), P.global[0]), P.global[1]);
+}
+
 template <class Act, bool DUAL, bool MOE>
 __device__ void gemm_body(const MmaProblem* problems, int count) {
   static_assert(!(MOE && DUAL), "the MoE form is a GEMM");
@@ -134,8 +140,12 @@ __device__ void gemm_body(const MmaProblem* problems, int count) {
   }
 
   // Epilogue: fragment element e of acc[mi][ni] is row g (+8 for e >= 2), column 2t + e % 2.
-  // The sums unbiased, times alpha, rounded once.
+  // The sums unbiased, times alpha (the MoE form's expert's own, where it has per-expert alphas),
+  // rounded once.
+  // NOTE: the per-expert factor is its own branch, so that the other kernels keep their code.
   const int lane = threadIdx.x % 32;
+  const bool per_expert = MOE && P.alphas != nullptr;
+  const double expert_alpha = per_expert ? moe_alpha(P, s.lb) : 0.0;
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
@@ -150,6 +160,8 @@ __device__ void gemm_body(const MmaProblem* problems, int count) {
           const float x1 = (float)(unbiased<W>(acc[mi][ni][e]) * P.alpha);
           const float x2 = (float)(unbiased<W>(acc2[DUAL ? mi : 0][ni][e]) * P.alpha2);
           bits = out::of_f32(out::silu(x1) * x2, P.out_bf16);
+        } else if (per_expert) {
+          bits = out::of_f64(unbiased<W>(acc[mi][ni][e]) * expert_alpha, P.out_bf16);
         } else {
           bits = out::of_f64(unbiased<W>(acc[mi][ni][e]) * P.alpha, P.out_bf16);
         }

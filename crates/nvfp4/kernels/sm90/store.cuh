@@ -9,14 +9,16 @@
 namespace sm90 {
 
 // ---- conversions of a finished value to the output type ------------------------------------------
+// A conversion is passed to the stores as an object: the problem's scaling ones are empty (they
+// read the problem), a unit's own factor (AlphaOf) travels in it.
 
 // v * alpha with a power-of-two alpha: exact in f32, so one f32 rounding is the reference's.
 struct AlphaPow2 {
   static constexpr bool PAIRS = true;
-  NVFP4_DEVICE static u32 one(const Sm90EpilogueArgs& pr, i32 bf16, float v) {
+  NVFP4_DEVICE u32 one(const Sm90EpilogueArgs& pr, i32 bf16, float v) const {
     return out::of_f32(v * pr.alpha_f32[0], bf16);
   }
-  NVFP4_DEVICE static u32 two(const Sm90EpilogueArgs& pr, i32 bf16, float lo, float hi) {
+  NVFP4_DEVICE u32 two(const Sm90EpilogueArgs& pr, i32 bf16, float lo, float hi) const {
     return out::pair_of_f32(lo * pr.alpha_f32[0], hi * pr.alpha_f32[0], bf16);
   }
 };
@@ -24,18 +26,27 @@ struct AlphaPow2 {
 // NOTE: no paired stores: batched f64 conversions spill registers.
 struct AlphaF64 {
   static constexpr bool PAIRS = false;
-  NVFP4_DEVICE static u32 one(const Sm90EpilogueArgs& pr, i32 bf16, float v) {
+  NVFP4_DEVICE u32 one(const Sm90EpilogueArgs& pr, i32 bf16, float v) const {
     return out::of_f64((double)v * pr.alpha[0], bf16);
   }
-  NVFP4_DEVICE static u32 two(const Sm90EpilogueArgs& pr, i32 bf16, float lo, float hi) {
+  NVFP4_DEVICE u32 two(const Sm90EpilogueArgs& pr, i32 bf16, float lo, float hi) const {
+    return one(pr, bf16, lo) | one(pr, bf16, hi) << 16;
+  }
+};
+// v * a for a factor of the unit's own (its batch's alpha, read from the device): as AlphaF64.
+struct AlphaOf {
+  static constexpr bool PAIRS = false;
+  double a;
+  NVFP4_DEVICE u32 one(const Sm90EpilogueArgs&, i32 bf16, float v) const { return out::of_f64((double)v * a, bf16); }
+  NVFP4_DEVICE u32 two(const Sm90EpilogueArgs& pr, i32 bf16, float lo, float hi) const {
     return one(pr, bf16, lo) | one(pr, bf16, hi) << 16;
   }
 };
 // A value already final.
 struct Plain {
   static constexpr bool PAIRS = true;
-  NVFP4_DEVICE static u32 one(const Sm90EpilogueArgs&, i32 bf16, float v) { return out::of_f32(v, bf16); }
-  NVFP4_DEVICE static u32 two(const Sm90EpilogueArgs&, i32 bf16, float lo, float hi) {
+  NVFP4_DEVICE u32 one(const Sm90EpilogueArgs&, i32 bf16, float v) const { return out::of_f32(v, bf16); }
+  NVFP4_DEVICE u32 two(const Sm90EpilogueArgs&, i32 bf16, float lo, float hi) const {
     return out::pair_of_f32(lo, hi, bf16);
   }
 };
@@ -55,7 +66,8 @@ NVFP4_DEVICE u32 row_pair(u32 ab, bool even) {
 // NOTE: the direct stores of this orientation write 16 bytes to each of 8 rows per warp
 // instruction: 3-5 µs for the 4 MB output of a dual GEMM with M = 512, N = 4096.
 template <class C, int H, class Cvt, class Val>
-NVFP4_DEVICE void store_tma(const Sm90EpilogueArgs& pr, const Unit& un, const Smem<C>& sm, const Val& val) {
+NVFP4_DEVICE void store_tma(const Sm90EpilogueArgs& pr, const Unit& un, const Smem<C>& sm, const Cvt& cvt,
+                            const Val& val) {
   using Cs = Consumer<C>;
   constexpr int BOXES = C::PART_ROWS / 64;
   constexpr u32 BOX_BYTES = C::BN * 128;
@@ -74,7 +86,7 @@ NVFP4_DEVICE void store_tma(const Sm90EpilogueArgs& pr, const Unit& un, const Sm
       const u32 box = sm.base + (wl / 64) * BOX_BYTES, byte = (wl % 64) * 2;
 #pragma unroll
       for (int q = 0; q < C::BN / 8; ++q) {
-        const u32 ab = Cvt::two(pr, bf16, val(mt, 4 * q + 2 * h), val(mt, 4 * q + 2 * h + 1));  // (x, x+1)
+        const u32 ab = cvt.two(pr, bf16, val(mt, 4 * q + 2 * h), val(mt, 4 * q + 2 * h + 1));  // (x, x+1)
         const u32 word = row_pair(ab, even);
         const u32 xl = 8 * q + 2 * t + (even ? 0 : 1);
         ptx::sts_u32(box + xl * 128 + (((byte / 16) ^ (xl % 8)) * 16) + byte % 16, word);
@@ -94,7 +106,7 @@ NVFP4_DEVICE void store_tma(const Sm90EpilogueArgs& pr, const Unit& un, const Sm
 
 // Stores this thread's output elements of the unit's tile: element (mt, i) of the accumulator
 // layout (output row out_row(mt, h) of the tile, h = (i >> 1) & 1, column 8 * (i >> 2) +
-// 2 * (lane % 4) + (i & 1)) for the fragment rows h < H, its value `val(mt, i)` converted by Cvt.
+// 2 * (lane % 4) + (i & 1)) for the fragment rows h < H, its value `val(mt, i)` converted by cvt.
 // Output row w of the problem and column x (below the unit's x_end) go to c[l * c_stride_l + w *
 // c_stride_w + x * c_stride_x]. Offsets are 32-bit: the host checks that L * M * N fits. A tile wholly inside c
 // with even strides takes a fast path of 4-byte stores of element pairs: adjacent x when c rows run
@@ -102,7 +114,7 @@ NVFP4_DEVICE void store_tma(const Sm90EpilogueArgs& pr, const Unit& un, const Sm
 // one exchange.
 template <class C, int H, class Cvt, class Val>
 NVFP4_DEVICE void store_rows(const Sm90EpilogueArgs& pr, const Unit& un, const Smem<C>& sm, bool staged,
-                             const Val& val) {
+                             const Cvt& cvt, const Val& val) {
   using Cs = Consumer<C>;
   u16* cl = pr.c + (i64)un.l * pr.c_stride_l;
   const int ct = (int)ptx::tid_x_here() - 128, lane = ct % 32, t = lane % 4;
@@ -116,7 +128,7 @@ NVFP4_DEVICE void store_rows(const Sm90EpilogueArgs& pr, const Unit& un, const S
   // The TMA clips at the output's edges only: a tile that reaches into the next group's rows
   // stores element by element.
   if (TMA_FITS && staged && pr.c_tma && sw == 1 && (un.x_end >= pr.x_rows || x0 + C::BN <= un.x_end)) {
-    store_tma<C, H, Cvt>(pr, un, sm, val);
+    store_tma<C, H>(pr, un, sm, cvt, val);
     return;
   }
   const bool full = Cvt::PAIRS && w0 + C::PART_ROWS <= pr.w_rows && x0 + C::BN <= x_end && pr.c_stride_l % 2 == 0;
@@ -128,7 +140,7 @@ NVFP4_DEVICE void store_rows(const Sm90EpilogueArgs& pr, const Unit& un, const S
         u16* row = cl + (w0 + out_row(mt, h)) * sw + x0 + 2 * t;
 #pragma unroll
         for (int q = 0; q < C::BN / 8; ++q)
-          *reinterpret_cast<u32*>(row + 8 * q) = Cvt::two(pr, bf16, val(mt, 4 * q + 2 * h), val(mt, 4 * q + 2 * h + 1));
+          *reinterpret_cast<u32*>(row + 8 * q) = cvt.two(pr, bf16, val(mt, 4 * q + 2 * h), val(mt, 4 * q + 2 * h + 1));
       }
     return;
   }
@@ -146,7 +158,7 @@ NVFP4_DEVICE void store_rows(const Sm90EpilogueArgs& pr, const Unit& un, const S
         u16* col = cl + (x0 + 2 * t + (even ? 0 : 1)) * sx + w;
 #pragma unroll
         for (int q = 0; q < C::BN / 8; ++q) {
-          const u32 ab = Cvt::two(pr, bf16, val(mt, 4 * q + 2 * h), val(mt, 4 * q + 2 * h + 1));  // (x, x+1)
+          const u32 ab = cvt.two(pr, bf16, val(mt, 4 * q + 2 * h), val(mt, 4 * q + 2 * h + 1));  // (x, x+1)
           *reinterpret_cast<u32*>(col + 8 * q * sx) = row_pair(ab, even);
         }
       }
@@ -160,7 +172,7 @@ NVFP4_DEVICE void store_rows(const Sm90EpilogueArgs& pr, const Unit& un, const S
       const int h = (i >> 1) & 1;
       if (h >= H) continue;
       const i32 w = w0 + out_row(mt, h), x = x0 + 8 * (i >> 2) + 2 * t + (i & 1);
-      if (w < pr.w_rows && x < x_end) cl[w * sw + x * sx] = (u16)Cvt::one(pr, bf16, val(mt, i));
+      if (w < pr.w_rows && x < x_end) cl[w * sw + x * sx] = (u16)cvt.one(pr, bf16, val(mt, i));
     }
 }
 

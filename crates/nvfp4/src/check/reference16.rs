@@ -234,12 +234,11 @@ pub fn gate(d: &DualGemm<OutTensor>, x1: &[f64], x2: &[f64], dtype: OutputDtype)
 }
 
 /// The MoE form: expert e's rows `offsets[e-1]..offsets[e]` of the tokens against batch e of
-/// the weights; rows past the last offset stay zero.
+/// the weights, scaled by the expert's alpha; rows past the last offset stay zero.
 fn moe_reference(p: &crate::MoeGemm<OutTensor>, dtype: OutputDtype) -> Result<OutTensor> {
     let [_, t, k] = p.a.shape();
     let n = p.b.rows();
     let w = p.b.to_layout(ScaleLayout::Plain);
-    let f = factor(p.alpha, &p.b);
     let mut bits = vec![0u16; t * n];
     let mut start = 0usize;
     for (e, &end) in p.offsets.iter().enumerate() {
@@ -248,6 +247,7 @@ fn moe_reference(p: &crate::MoeGemm<OutTensor>, dtype: OutputDtype) -> Result<Ou
             .filter(|&v| v >= start && v <= t)
             .ok_or_else(|| Error::Shape(format!("moe reference: offset {e} = {end} is outside {start}..={t}")))?;
         if end > start {
+            let f = factor(p.alpha.of_expert(e)?, &p.b);
             let s = sums(&dense_rows(&p.a, 0, start..end), &weight_rows(&w, e), k);
             for (o, &v) in bits[start * n..end * n].iter_mut().zip(&s) {
                 *o = round_once(v * f, dtype);

@@ -6,8 +6,9 @@
 //! routings). Case n takes the n-th of a cycle through all sixteen combinations of tier (exact or
 //! random), activation type, output type (the activation's or the other) and the scale layout
 //! the backend is given, so consecutive cases alternate tiers; every third case carries an alpha
-//! (0.5 on exact data, a power of two, so results stay exact; 0.75 on random data), and every
-//! seventh one weight block scale of NaN.
+//! (0.5 on exact data, a power of two, so results stay exact; 0.75 on random data; one per
+//! expert in the MoE form with an even expert count, [`expert_alphas`](super::expert_alphas)),
+//! and every seventh one weight block scale of NaN.
 //!
 //! The expected output is [`reference16`], computed in the check
 //! independently of the CPU backend, so a CPU run tests that backend. The exact tier is compared
@@ -128,10 +129,14 @@ pub fn cases16(kind: ProblemKind, seed: u64) -> Vec<Case16> {
         .collect()
 }
 
-/// The problem a case describes: plain scales, alpha set, the NaN scale marked.
+/// The problem a case describes: plain scales, alpha set (per expert in the MoE form with an even
+/// expert count: [`expert_alphas`](super::expert_alphas)), the NaN scale marked.
 pub fn case16_problem(spec: &Case16) -> Result<Problem16> {
     let mut p = generate16(&spec.shape, spec.act, spec.tier, spec.seed)?;
     p.set_alpha(spec.alpha)?;
+    if let Some(alphas) = super::expert_alphas(&spec.shape, spec.alpha) {
+        p.set_moe_alpha(alphas.into())?;
+    }
     if spec.nan_scale {
         p.mark_nan_scale(spec.seed)?;
     }

@@ -6,14 +6,15 @@
 use std::ops::Range;
 
 use super::act::HostActivation;
-use super::{Gemm, HostOp, Op};
+use super::{Gemm, HostOp, MoeAlpha, Op};
 use crate::format::{Nvfp4Tensor, OutTensor, OutputDtype};
 use crate::{Error, Result};
 
 /// Grouped GEMM in the MoE form: row t of the output, for t in
 /// `offsets[e-1]..offsets[e]` (`0..offsets[0]` for e = 0), is
-/// `f16(alpha · global(A) · global(B) · Σ_k A[0,t,k] · B[e,n,k])` (or bf16), exactly the [`Gemm`]
-/// of that slice of A against `B[e]`. Output `[1, T, N]`. Rows at or past `offsets[E-1]` belong to no
+/// `f16(alpha_e · global(A) · global(B) · Σ_k A[0,t,k] · B[e,n,k])` (or bf16), exactly the
+/// [`Gemm`] of that slice of A against `B[e]` with alpha `alpha_e`: the one alpha of every expert,
+/// or expert e's own ([`MoeAlpha`]). Output `[1, T, N]`. Rows at or past `offsets[E-1]` belong to no
 /// expert: no backend writes them (the CPU reference returns zeros there). An expert with
 /// `offsets[e] == offsets[e-1]` has no tokens and is allowed.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,15 +25,18 @@ pub struct MoeGemm<A = Nvfp4Tensor> {
     pub b: Nvfp4Tensor,
     /// E entries: `offsets[e]` is the end row (exclusive) of expert e's tokens in A.
     pub offsets: Vec<i32>,
-    /// Optional FP32 factor applied before the final rounding (every expert).
-    pub alpha: Option<f32>,
+    /// The FP32 factor applied before the final rounding: one (optional) for every expert, or
+    /// E, one per expert.
+    pub alpha: MoeAlpha,
 }
 
 impl<A: HostActivation> MoeGemm<A> {
     /// Checks that A is `[1, T, K]`, B is `[E, N, K]` with the same K, there is one offset per
-    /// expert, and the offsets do not decrease and lie in `0..=T`.
-    pub fn new(a: A, b: Nvfp4Tensor, offsets: Vec<i32>, alpha: Option<f32>) -> Result<Self> {
-        let p = Self { a, b, offsets, alpha };
+    /// expert, the offsets do not decrease and lie in `0..=T`, and the alpha is one (an
+    /// `Option<f32>`) or one per expert (a `Vec<f32>` of E), each following the scalar rules
+    /// (`ops/scalars.rs`: finite, its factor with the global scales finite and not rounding to 0).
+    pub fn new(a: A, b: Nvfp4Tensor, offsets: Vec<i32>, alpha: impl Into<MoeAlpha>) -> Result<Self> {
+        let p = Self { a, b, offsets, alpha: alpha.into() };
         p.validate()?;
         Ok(p)
     }
@@ -41,6 +45,7 @@ impl<A: HostActivation> MoeGemm<A> {
     /// below re-checks before it slices.
     pub fn validate(&self) -> Result<()> {
         self.op().validate()?;
+        self.alpha.check_values(&self.a, &self.b)?;
         let t = self.tokens();
         let mut prev = 0i64;
         for (i, &o) in self.offsets.iter().enumerate() {
@@ -60,7 +65,7 @@ impl<A: HostActivation> MoeGemm<A> {
 
     /// As the generic operation.
     pub fn op(&self) -> HostOp<'_, &A> {
-        Op::MoeGemm { a: &self.a, b: &self.b, offsets: self.offsets.as_slice(), alpha: self.alpha, c: () }
+        Op::MoeGemm { a: &self.a, b: &self.b, offsets: self.offsets.as_slice(), alpha: self.alpha.as_slice(), c: () }
     }
 
     /// Expert count E.
@@ -95,7 +100,8 @@ impl<A: HostActivation> MoeGemm<A> {
     }
 
     /// Expert `e`'s GEMM: its rows of A against `B[e]`, `[1, M_e, K]` x `[1, N, K]`, with the
-    /// same alpha and global scales, scales in the operands' layouts. An expert without tokens
+    /// expert's alpha (the one alpha, or its own) and the same global scales, scales in the
+    /// operands' layouts. An expert without tokens
     /// (or past E) is a shape error: a GEMM has M >= 1.
     pub fn expert_gemm(&self, e: usize) -> Result<Gemm<A>> {
         let rows = self
@@ -108,7 +114,7 @@ impl<A: HostActivation> MoeGemm<A> {
         }
         let a = self.a.slice_rows(0, rows)?;
         let b = self.b.slice_rows(e, 0..self.b.rows())?;
-        Gemm::new(a, b, self.alpha)
+        Gemm::new(a, b, self.alpha.of_expert(e)?)
     }
 
     /// The output `[1, T, N]` in `dtype` from expert outputs `(e, [1, M_e, N])` of that type:

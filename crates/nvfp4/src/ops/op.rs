@@ -1,22 +1,25 @@
 //! One operation, whatever holds its operands: [`Op`] is generic over the NVFP4 operands (host
-//! tensors, device views, or only their [`Nvfp4Meta`]), the MoE offsets (host values, a device
-//! view, or their count) and the outputs (device views, their [`OutMeta`], or `()` where the
-//! backend makes them). Its rules (which shapes form the operation) are written once, in
+//! tensors, device views, or only their [`Nvfp4Meta`]), the MoE offsets and the MoE per-expert
+//! alphas (host values, a device view, or their count) and the outputs (device views, their
+//! [`OutMeta`], or `()` where the backend makes them). Its rules (which shapes form the operation) are written once, in
 //! [`Op::validate`], on the metadata; the host constructors (`Gemm::new`, ...), the CUDA
 //! backend's bind step and the Python package all call it, and the router reads the same
 //! metadata ([`OpMeta`]).
 
 use super::act::{ActMeta, Activation};
 use super::check_product;
+use super::moe_alpha::{Alphas, MoeAlpha};
+use super::scalars::check_globals;
 use crate::format::tensor::check_dims;
 use crate::format::{Nvfp4Meta, Nvfp4Tensor, OutputDtype};
 use crate::{Error, Result};
 
-/// One operation of SPEC §3 on NVFP4 weight operands `T`, MoE offsets `O`, outputs `C` and the
-/// activation operand `A` (`T` itself in W4A4; an [`Act`](super::Act) where either form may
-/// come, SPEC §8): the activation is `a`, except in the GEMV, whose vector `b` is.
+/// One operation of SPEC §3 on NVFP4 weight operands `T`, MoE offsets `O`, MoE per-expert
+/// alphas `X`, outputs `C` and the activation operand `A` (`T` itself in W4A4; an
+/// [`Act`](super::Act) where either form may come, SPEC §8): the activation is `a`, except in the
+/// GEMV, whose vector `b` is.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Op<T, O, C, A = T> {
+pub enum Op<T, O, X, C, A = T> {
     /// Batched GEMV: B has one row per batch; output `[L, M, 1]`.
     Gemv { a: T, b: A, alpha: Option<f32>, c: C },
     /// GEMM: output `[L, M, N]`.
@@ -26,8 +29,8 @@ pub enum Op<T, O, C, A = T> {
     /// Grouped GEMM: every group in one launch (L = 1 each), an output per group.
     GroupedGemm(Vec<Group<T, C, A>>),
     /// The grouped GEMM's MoE form: tokens `[1, T, K]` sorted by expert, the experts' weights
-    /// `[E, N, K]`, E end rows, output `[1, T, N]`.
-    MoeGemm { a: A, b: T, offsets: O, alpha: Option<f32>, c: C },
+    /// `[E, N, K]`, E end rows, one alpha or E (one per expert), output `[1, T, N]`.
+    MoeGemm { a: A, b: T, offsets: O, alpha: MoeAlpha<X>, c: C },
 }
 
 /// One group of a grouped GEMM: `c = A·Bᵀ` (times alpha), L = 1.
@@ -53,8 +56,9 @@ pub struct OutMeta {
 }
 
 /// An operation as the rules and the router see it: operand metadata, the offsets' count, the
-/// outputs' metadata (`None` where the backend makes the outputs) and the activation's form.
-pub type OpMeta = Op<Nvfp4Meta, usize, Option<OutMeta>, ActMeta>;
+/// per-expert alphas' count, the outputs' metadata (`None` where the backend makes the outputs)
+/// and the activation's form.
+pub type OpMeta = Op<Nvfp4Meta, usize, usize, Option<OutMeta>, ActMeta>;
 
 /// An NVFP4 operand whose shape is known.
 pub trait Operand {
@@ -130,10 +134,10 @@ impl<C: Output + ?Sized> Output for &C {
     }
 }
 
-impl<T: Operand, O: Offsets, C: Output, A: Activation> Op<T, O, C, A> {
+impl<T: Operand, O: Offsets, X: Alphas, C: Output, A: Activation> Op<T, O, X, C, A> {
     /// Its metadata.
     pub fn meta(&self) -> OpMeta {
-        self.map(Operand::meta, Activation::act_meta, Offsets::count, Output::out_meta)
+        self.map(Operand::meta, Activation::act_meta, Offsets::count, Alphas::count, Output::out_meta)
     }
 
     /// Checks that the operands form the operation and the outputs have its shapes: the rules
@@ -143,18 +147,20 @@ impl<T: Operand, O: Offsets, C: Output, A: Activation> Op<T, O, C, A> {
     }
 }
 
-impl<T, O, C, A> Op<T, O, C, A> {
+impl<T, O, X, C, A> Op<T, O, X, C, A> {
     /// The same operation over other holders: `f` maps each weight operand (in the order b; b1,
     /// b2; each group's b; the GEMV's matrix a), `fa` each activation (a; each group's a; the
-    /// GEMV's b), `g` the offsets, `h` each output (one, or each group's in order); the first
-    /// error stops it.
-    pub fn try_map<'s, T2, A2, O2, C2, E>(
+    /// GEMV's b), `g` the offsets, `gx` the per-expert alphas (when the MoE form has them), `h`
+    /// each output (one, or each group's in order); the first error stops it.
+    #[allow(clippy::type_complexity)]
+    pub fn try_map<'s, T2, A2, O2, X2, C2, E>(
         &'s self,
         mut f: impl FnMut(&'s T) -> Result<T2, E>,
         mut fa: impl FnMut(&'s A) -> Result<A2, E>,
         g: impl FnOnce(&'s O) -> Result<O2, E>,
+        gx: impl FnOnce(&'s X) -> Result<X2, E>,
         mut h: impl FnMut(&'s C) -> Result<C2, E>,
-    ) -> Result<Op<T2, O2, C2, A2>, E> {
+    ) -> Result<Op<T2, O2, X2, C2, A2>, E> {
         Ok(match self {
             Op::Gemv { a, b, alpha, c } => Op::Gemv { a: f(a)?, b: fa(b)?, alpha: *alpha, c: h(c)? },
             Op::Gemm { a, b, alpha, c } => Op::Gemm { a: fa(a)?, b: f(b)?, alpha: *alpha, c: h(c)? },
@@ -169,34 +175,33 @@ impl<T, O, C, A> Op<T, O, C, A> {
                 Op::GroupedGemm(out)
             }
             Op::MoeGemm { a, b, offsets, alpha, c } => {
-                Op::MoeGemm { a: fa(a)?, b: f(b)?, offsets: g(offsets)?, alpha: *alpha, c: h(c)? }
+                Op::MoeGemm { a: fa(a)?, b: f(b)?, offsets: g(offsets)?, alpha: alpha.as_ref().try_map(gx)?, c: h(c)? }
             }
         })
     }
 
     /// [`Op::try_map`] with maps that cannot fail.
-    pub fn map<'s, T2, A2, O2, C2>(
+    pub fn map<'s, T2, A2, O2, X2, C2>(
         &'s self,
         mut f: impl FnMut(&'s T) -> T2,
         mut fa: impl FnMut(&'s A) -> A2,
         g: impl FnOnce(&'s O) -> O2,
+        gx: impl FnOnce(&'s X) -> X2,
         mut h: impl FnMut(&'s C) -> C2,
-    ) -> Op<T2, O2, C2, A2> {
+    ) -> Op<T2, O2, X2, C2, A2> {
         let r: std::result::Result<_, std::convert::Infallible> =
-            self.try_map(|t| Ok(f(t)), |x| Ok(fa(x)), |o| Ok(g(o)), |c| Ok(h(c)));
+            self.try_map(|t| Ok(f(t)), |x| Ok(fa(x)), |o| Ok(g(o)), |x| Ok(gx(x)), |c| Ok(h(c)));
         match r {
             Ok(op) => op,
             Err(never) => match never {},
         }
     }
 
-    /// Sets the alpha (of every group of a grouped GEMM).
+    /// Sets the alpha (of every group of a grouped GEMM; one for every expert of the MoE form).
     pub fn set_alpha(&mut self, alpha: Option<f32>) {
         match self {
-            Op::Gemv { alpha: a, .. }
-            | Op::Gemm { alpha: a, .. }
-            | Op::DualGemm { alpha: a, .. }
-            | Op::MoeGemm { alpha: a, .. } => *a = alpha,
+            Op::Gemv { alpha: a, .. } | Op::Gemm { alpha: a, .. } | Op::DualGemm { alpha: a, .. } => *a = alpha,
+            Op::MoeGemm { alpha: a, .. } => *a = MoeAlpha::One(alpha),
             Op::GroupedGemm(groups) => groups.iter_mut().for_each(|g| g.alpha = alpha),
         }
     }
@@ -370,7 +375,21 @@ impl OpMeta {
                         b.l
                     )));
                 }
-                check_product(what, *alpha, a, b, "b")?;
+                match alpha {
+                    MoeAlpha::One(alpha) => check_product(what, *alpha, a, b, "b")?,
+                    // The values are checked where they are known (on the host: MoeGemm::new);
+                    // the global scales hold whatever the values.
+                    MoeAlpha::PerExpert(count) => {
+                        if *count != b.l {
+                            return Err(shape_err(format!(
+                                "moe gemm: {count} alphas for E = {} experts (b is [E, N, K]); one alpha per \
+                                 expert, or one for all",
+                                b.l
+                            )));
+                        }
+                        check_globals(what, a, b, "b")?;
+                    }
+                }
                 out_is(what, *c, [1, a.rows(), b.rows])
             }
         }
@@ -392,7 +411,7 @@ mod tests {
     }
 
     /// A W4A4 operation's metadata (every activation NVFP4).
-    type W4a4 = Op<Nvfp4Meta, usize, Option<OutMeta>>;
+    type W4a4 = Op<Nvfp4Meta, usize, usize, Option<OutMeta>>;
 
     fn err(op: W4a4) -> String {
         op.validate().expect_err("refused").to_string()
@@ -412,7 +431,13 @@ mod tests {
                 Group { a: t(1, 3, 16), b: t(1, 4, 16), alpha: None, c: out([1, 3, 4]) },
                 Group { a: t(1, 5, 32), b: t(1, 6, 32), alpha: Some(2.0), c: None },
             ]),
-            Op::MoeGemm { a: t(1, 40, 256), b: t(3, 64, 256), offsets: 3, alpha: None, c: out([1, 40, 64]) },
+            Op::MoeGemm {
+                a: t(1, 40, 256),
+                b: t(3, 64, 256),
+                offsets: 3,
+                alpha: MoeAlpha::One(None),
+                c: out([1, 40, 64]),
+            },
         ];
         for op in ok {
             assert!(op.validate().is_ok(), "{op:?}");
@@ -429,7 +454,13 @@ mod tests {
             Op::Gemv { a: t(2, 7, 48), b: dense(2, 1, 48), alpha: Some(0.5), c: out([2, 7, 1]) },
             Op::Gemm { a: dense(1, 7, 48), b: t(1, 9, 48), alpha: None, c: None },
             Op::DualGemm { a: dense(1, 7, 64), b1: t(1, 9, 64), b2: t(1, 9, 64), alpha: None, c: None },
-            Op::MoeGemm { a: dense(1, 40, 256), b: t(3, 64, 256), offsets: 3, alpha: None, c: out([1, 40, 64]) },
+            Op::MoeGemm {
+                a: dense(1, 40, 256),
+                b: t(3, 64, 256),
+                offsets: 3,
+                alpha: MoeAlpha::One(None),
+                c: out([1, 40, 64]),
+            },
         ];
         for op in ok {
             assert!(op.check().is_ok(), "{op:?}");
@@ -470,9 +501,23 @@ mod tests {
         assert!(err(Op::GroupedGemm(vec![])).contains("no groups"));
         let g = Group { a: t(2, 3, 16), b: t(2, 4, 16), alpha: None, c: None };
         assert!(err(Op::GroupedGemm(vec![g])).contains("group 0 has L = 2"));
-        let moe = |a, b, offsets| Op::MoeGemm { a, b, offsets, alpha: None, c: None };
+        let moe = |a, b, offsets| Op::MoeGemm { a, b, offsets, alpha: MoeAlpha::One(None), c: None };
         assert!(err(moe(t(2, 40, 256), t(3, 64, 256), 3)).contains("has L = 2"));
         assert!(err(moe(t(1, 40, 256), t(3, 64, 256), 4)).contains("4 offsets for E = 3 experts"));
         assert!(err(moe(t(1, 40, 256), t(3, 64, 128), 3)).contains("reduction lengths"));
+        // Per-expert alphas: one per expert; their values are the holder's to check, the global
+        // scales the rules'.
+        let per = |b, n| Op::MoeGemm { a: t(1, 40, 256), b, offsets: 3, alpha: MoeAlpha::PerExpert(n), c: None };
+        assert!(per(t(3, 64, 256), 3).validate().is_ok());
+        assert!(err(per(t(3, 64, 256), 2)).contains("2 alphas for E = 3 experts"));
+        assert!(err(per(t(3, 64, 256), 4)).contains("4 alphas for E = 3 experts"));
+        let mut bad = t(3, 64, 256);
+        bad.global_scale = f32::INFINITY;
+        assert!(err(per(bad, 3)).contains("global scale of b"));
+        // Setting one alpha replaces the per-expert ones.
+        let mut op = per(t(3, 64, 256), 2);
+        op.set_alpha(Some(0.5));
+        assert!(matches!(op, Op::MoeGemm { alpha: MoeAlpha::One(Some(a)), .. } if a == 0.5));
+        assert!(op.validate().is_ok());
     }
 }

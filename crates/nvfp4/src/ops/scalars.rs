@@ -81,6 +81,17 @@ pub fn effective_alpha(alpha: Option<f32>, a: &impl Activation, b: &impl Activat
     alpha.unwrap_or(1.0) * a.act_meta().global_scale() * b.act_meta().global_scale()
 }
 
+/// Checks the global scales of one product `a · bᵀ` of the operation `what` (finite and > 0; a
+/// dense activation's is 1) and returns them: the rules that hold whatever the alpha (the MoE
+/// form's per-expert alphas on the device are the kernels' to read).
+pub(crate) fn check_globals(what: &str, a: &impl Activation, b: &impl Activation, b_name: &str) -> Result<(f32, f32)> {
+    let (ga, gb) = (a.act_meta().global_scale(), b.act_meta().global_scale());
+    for (name, g) in [("a", ga), (b_name, gb)] {
+        global_scale_rule(g).map_err(|e| Error::Invalid(format!("{what}: the global scale of {name} {e}")))?;
+    }
+    Ok((ga, gb))
+}
+
 /// Checks every scalar of one product `a · bᵀ` of the operation `what` (`b` is named `b_name`):
 /// alpha, both global scales and their factor (see the module docs). On the operands' metadata,
 /// so that host tensors and device views follow the same rules ([`Op::validate`](super::Op)).
@@ -93,10 +104,7 @@ pub(crate) fn check_product(
     b_name: &str,
 ) -> Result<()> {
     check_alpha(alpha)?;
-    let (ga, gb) = (a.act_meta().global_scale(), b.act_meta().global_scale());
-    for (name, g) in [("a", ga), (b_name, gb)] {
-        global_scale_rule(g).map_err(|e| Error::Invalid(format!("{what}: the global scale of {name} {e}")))?;
-    }
+    let (ga, gb) = check_globals(what, a, b, b_name)?;
     let factor = alpha.unwrap_or(1.0) * ga * gb;
     let terms = format!("alpha × global(a) × global({b_name}) = {:?} × {ga:?} × {gb:?}", alpha.unwrap_or(1.0));
     if factor.is_infinite() {

@@ -2,9 +2,9 @@
 //! it, and what running it returns.
 
 use crate::format::{F16Tensor, ScaleLayout};
-use crate::ops::{Backend, DualGemm, Gemm, Gemv, GroupedGemm, MoeGemm};
+use crate::ops::{Backend, DualGemm, Gemm, Gemv, GroupedGemm, MoeAlpha, MoeGemm};
 use crate::problem::ProblemKind;
-use crate::Result;
+use crate::{Error, Result};
 
 /// One operation with its operands: what a case file or a generator produces.
 #[derive(Clone, Debug, PartialEq)]
@@ -89,9 +89,20 @@ impl Problem {
             Problem::Gemm(x) => x.alpha = alpha,
             Problem::DualGemm(x) => x.alpha = alpha,
             Problem::GroupedGemm(x) => x.groups.iter_mut().for_each(|g| g.alpha = alpha),
-            Problem::Moe(x) => x.alpha = alpha,
+            Problem::Moe(x) => x.alpha = MoeAlpha::One(alpha),
         }
         Ok(())
+    }
+
+    /// Sets the MoE form's alpha, one for every expert or one per expert, refused as
+    /// [`MoeGemm::new`] refuses it (a wrong count, a value the scalar rules refuse); the other
+    /// operations have no experts (an error). On a refusal nothing changes.
+    pub fn set_moe_alpha(&mut self, alpha: MoeAlpha) -> Result<()> {
+        let Problem::Moe(x) = self else {
+            return Err(Error::Invalid(format!("a {} has no experts to give alphas", self.kind().name())));
+        };
+        let before = std::mem::replace(&mut x.alpha, alpha);
+        x.validate().inspect_err(|_| x.alpha = before)
     }
 
     /// The same problem with every scale tensor converted to `layout`.

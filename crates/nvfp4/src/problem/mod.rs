@@ -25,7 +25,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::format::{Nvfp4Meta, OutputDtype, ScaleLayout};
-use crate::ops::{Act, Group, Op, OpMeta, OutMeta};
+use crate::ops::{Act, Group, MoeAlpha, Op, OpMeta, OutMeta};
 use crate::{Error, Result};
 
 /// The four operations, named as on the command line.
@@ -229,7 +229,7 @@ impl Shape {
                 a: x(1, counts.iter().sum(), k),
                 b: t(counts.len(), n, k),
                 offsets: counts.len(),
-                alpha: None,
+                alpha: MoeAlpha::One(None),
                 c: None,
             },
         }

@@ -5,9 +5,9 @@
 
 use crate::format::{OutTensor, OutputDtype, ScaleLayout};
 use crate::memory::ensure_host;
-use crate::ops::{Backend, DualGemm, Gemm, Gemv, GroupedGemm, HostOp, MoeGemm};
+use crate::ops::{Backend, DualGemm, Gemm, Gemv, GroupedGemm, HostOp, MoeAlpha, MoeGemm};
 use crate::problem::{ProblemKind, Shape};
-use crate::Result;
+use crate::{Error, Result};
 
 /// One W4A16 operation with its operands: the W4A16 twin of [`Problem`](super::Problem).
 #[derive(Clone, Debug, PartialEq)]
@@ -116,9 +116,20 @@ impl Problem16 {
             Problem16::Gemm(x) => x.alpha = alpha,
             Problem16::DualGemm(x) => x.alpha = alpha,
             Problem16::GroupedGemm(x) => x.groups.iter_mut().for_each(|g| g.alpha = alpha),
-            Problem16::Moe(x) => x.alpha = alpha,
+            Problem16::Moe(x) => x.alpha = MoeAlpha::One(alpha),
         }
         Ok(())
+    }
+
+    /// Sets the MoE form's alpha, one for every expert or one per expert, refused as
+    /// [`MoeGemm::new`] refuses it; the other operations have no experts (an error). On a
+    /// refusal nothing changes.
+    pub fn set_moe_alpha(&mut self, alpha: MoeAlpha) -> Result<()> {
+        let Problem16::Moe(x) = self else {
+            return Err(Error::Invalid(format!("a {} has no experts to give alphas", self.kind().name())));
+        };
+        let before = std::mem::replace(&mut x.alpha, alpha);
+        x.validate().inspect_err(|_| x.alpha = before)
     }
 
     /// The same problem with every weight's scales converted to `layout` (the activation has

@@ -187,3 +187,20 @@ fn a_packed_pair_takes_the_variants_only_it_has() {
         println!("ok packed pair {shape} {dtype}: {route}");
     }
 }
+
+/// Per-expert alphas (issue 21 item 4) on packed weights: the packed grouped kernels take the
+/// same per-expert epilogue.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn packed_moe_with_per_expert_alphas() {
+    let b = gpu();
+    let shape = Shape::Moe { n: 520, k: 512, counts: vec![1, 300, 0, 71, 129] };
+    for dtype in TYPES {
+        for layout in LAYOUTS {
+            let W16::Moe(m) = W16::make(&shape, dtype, layout, Data::Exact, 41) else { unreachable!("the MoE form") };
+            let alphas = vec![0.8125, -1.3, 0.0, 3.1e-3, 2.0];
+            let w = W16::Moe(MoeGemm::new(m.a, m.b, m.offsets, alphas).unwrap());
+            check_packed(&b, &w, dtype, Rule::Exact, &format!("per-expert alphas {shape} {dtype} {layout:?}"));
+        }
+    }
+}

@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaFunction, CudaModule};
 
 use super::compile;
-use super::device::{self, DeviceF16, DeviceNvfp4, DeviceOp, I32View, Nvfp4View, Workspace, WorkspaceNeeds};
+use super::device::{
+    self, DeviceF16, DeviceNvfp4, DeviceOp, F32View, I32View, Nvfp4View, Value, ValuesView, Workspace, WorkspaceNeeds,
+};
 use super::device_op::{self, BoundOp};
 use super::family::{DeviceFacts, Kernels};
 use super::kernels::{self, KernelModule};
@@ -19,7 +21,7 @@ use super::route::{self, Route};
 use super::runtime::{cuda_err, ContextScope, Gpu, StreamHandle};
 use crate::format::{F16Tensor, Nvfp4Tensor, OutTensor, OutputDtype};
 use crate::ops::OpMeta;
-use crate::Result;
+use crate::{Error, Result};
 
 /// The CUDA backend: device 0's primary context and a stream, the kernel modules loaded so far,
 /// and a workspace reused by the launches [`CudaBackend::bind`] makes.
@@ -189,7 +191,24 @@ impl CudaBackend {
 
     /// Copies i32 values (a MoE launch's expert offsets) to the device.
     pub fn upload_i32(&self, values: &[i32]) -> Result<I32View> {
-        device::upload_i32(&self.gpu, values)
+        device::upload_values(&self.gpu, values)
+    }
+
+    /// Copies f32 values (a MoE launch's per-expert alphas) to the device.
+    pub fn upload_f32(&self, values: &[f32]) -> Result<F32View> {
+        device::upload_values(&self.gpu, values)
+    }
+
+    /// Overwrites the device values `view` describes (a MoE launch's offsets or per-expert
+    /// alphas) with `values`, as many as it holds: a copy on the backend's stream, waited for.
+    /// Operations bound to the view read the new values from their next launch on (a captured
+    /// CUDA graph from its next replay), with no new bind; a launch still running on another
+    /// stream may read either.
+    pub fn write_values<T: Value>(&self, view: &ValuesView<T>, values: &[T]) -> Result<()> {
+        if values.len() != view.len {
+            return Err(Error::Shape(format!("{} {} values for a device view of {}", values.len(), T::NAME, view.len)));
+        }
+        self.gpu.write_raw(view.addr, values, self.gpu.stream_handle())
     }
 
     /// A zeroed f16 output `[L, rows, cols]` on the device.

@@ -14,7 +14,7 @@ use cudarc::driver::CudaSlice;
 use super::runtime::{Gpu, StreamFences, StreamHandle};
 pub use crate::format::Nvfp4Meta;
 use crate::format::{Nvfp4Tensor, OutTensor, OutputDtype, PackAct, ScaleLayout};
-use crate::ops::{Act, ActMeta, Activation, Group, Offsets, Op, Operand, OutMeta, Output};
+use crate::ops::{Act, ActMeta, Activation, Alphas, Group, Offsets, Op, Operand, OutMeta, Output};
 use crate::{Error, Result};
 
 /// Device memory the backend owns (an operand's buffers, an output, a workspace, a launch's
@@ -321,9 +321,9 @@ pub(crate) fn fill_f16(gpu: &Gpu, t: &DeviceF16, bits: u16) -> Result<()> {
 /// [`F16View`] of either 16-bit type, the same kind of view as an output).
 pub type ActView<'a> = Act<&'a Nvfp4View, &'a F16View>;
 
-/// One operation on device operands: views of the NVFP4 weights, the MoE offsets, the outputs
-/// and the activation (see [`Op`] for each operation's operands).
-pub type DeviceOp<'a> = Op<&'a Nvfp4View, &'a I32View, &'a F16View, ActView<'a>>;
+/// One operation on device operands: views of the NVFP4 weights, the MoE offsets, the MoE
+/// per-expert alphas, the outputs and the activation (see [`Op`] for each operation's operands).
+pub type DeviceOp<'a> = Op<&'a Nvfp4View, &'a I32View, &'a F32View, &'a F16View, ActView<'a>>;
 
 impl<'a> From<&'a Nvfp4View> for ActView<'a> {
     fn from(v: &'a Nvfp4View) -> Self {
@@ -352,6 +352,12 @@ impl Offsets for I32View {
     }
 }
 
+impl Alphas for F32View {
+    fn count(&self) -> usize {
+        self.len
+    }
+}
+
 impl Activation for Nvfp4View {
     fn act_meta(&self) -> ActMeta {
         Act::Nvfp4(self.meta)
@@ -370,26 +376,50 @@ impl Output for F16View {
     }
 }
 
-/// Device memory seen as `len` i32 values (a MoE launch's expert offsets).
-#[derive(Clone)]
-pub struct I32View {
+/// A 4-byte element of a [`ValuesView`] (its name in messages).
+pub trait Value: cudarc::driver::DeviceRepr + Copy + Send + Sync + 'static {
+    /// `i32`, `f32`.
+    const NAME: &'static str;
+}
+impl Value for i32 {
+    const NAME: &'static str = "i32";
+}
+impl Value for f32 {
+    const NAME: &'static str = "f32";
+}
+
+/// Device memory seen as `len` values of one type: [`I32View`] (a MoE launch's expert offsets)
+/// or [`F32View`] (its per-expert alphas), read only by the kernels.
+pub struct ValuesView<T> {
     pub(crate) addr: u64,
     /// Number of values.
     pub len: usize,
     keep: Option<Keep>,
+    kind: std::marker::PhantomData<T>,
 }
 
-impl I32View {
+/// `len` i32 values on the device (a MoE launch's expert offsets).
+pub type I32View = ValuesView<i32>;
+/// `len` f32 values on the device (a MoE launch's per-expert alphas).
+pub type F32View = ValuesView<f32>;
+
+impl<T> Clone for ValuesView<T> {
+    fn clone(&self) -> Self {
+        Self { addr: self.addr, len: self.len, keep: self.keep.clone(), kind: self.kind }
+    }
+}
+
+impl<T: Value> ValuesView<T> {
     /// A view of device memory the caller owns.
     ///
     /// # Safety
-    /// `addr` must be a device address of this backend's context holding `len` i32 values,
+    /// `addr` must be a device address of this backend's context holding `len` values of `T`,
     /// 4-byte aligned, allocated until every launch bound to this view has completed.
     pub unsafe fn from_raw(addr: u64, len: usize) -> Result<Self> {
         if !addr.is_multiple_of(4) {
-            return Err(Error::Invalid("device i32 values must be 4-byte aligned".into()));
+            return Err(Error::Invalid(format!("device {} values must be 4-byte aligned", T::NAME)));
         }
-        Ok(Self { addr, len, keep: None })
+        Ok(Self { addr, len, keep: None, kind: std::marker::PhantomData })
     }
     /// What keeps its memory alive, if it is ours.
     pub(crate) fn keep(&self) -> Option<Keep> {
@@ -397,11 +427,11 @@ impl I32View {
     }
 }
 
-/// Copies i32 values to the device.
-pub(crate) fn upload_i32(gpu: &Gpu, values: &[i32]) -> Result<I32View> {
-    let buf = gpu.upload(values, "i32 values")?;
+/// Copies i32 or f32 values to the device.
+pub(crate) fn upload_values<T: Value>(gpu: &Gpu, values: &[T]) -> Result<ValuesView<T>> {
+    let buf = gpu.upload(values, &format!("{} values", T::NAME))?;
     let addr = gpu.addr(&buf);
-    Ok(I32View { addr, len: values.len(), keep: Some(Owned::new(gpu, buf)) })
+    Ok(ValuesView { addr, len: values.len(), keep: Some(Owned::new(gpu, buf)), kind: std::marker::PhantomData })
 }
 
 /// Waits for the stream and copies an output back.

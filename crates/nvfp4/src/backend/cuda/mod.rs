@@ -59,7 +59,8 @@ use std::sync::OnceLock;
 pub use backend::CudaBackend;
 pub use compile::{kernel_reports, kernel_reports_of, kernel_reports_to, KernelReport, DEFAULT_ARCH};
 pub use device::{
-    DeviceF16, DeviceNvfp4, DeviceOp, F16View, GemmViews, I32View, Nvfp4Meta, Nvfp4View, Workspace, WorkspaceNeeds,
+    DeviceF16, DeviceNvfp4, DeviceOp, F16View, F32View, GemmViews, I32View, Nvfp4Meta, Nvfp4View, Value, ValuesView,
+    Workspace, WorkspaceNeeds,
 };
 pub use device_op::BoundOp;
 pub use fallback::MmaConfig;

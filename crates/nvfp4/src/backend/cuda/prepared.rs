@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::backend::CudaBackend;
-use super::device::{self, DeviceF16, DeviceNvfp4, F16View, I32View, Nvfp4View};
+use super::device::{self, DeviceF16, DeviceNvfp4, F16View, F32View, I32View, Nvfp4View};
 use super::device_op::BoundOp;
 use crate::format::{Nvfp4Tensor, OutTensor, OutputDtype, ScaleLayout};
 use crate::ops::{Act, Activation, HostOp, Op};
@@ -16,9 +16,9 @@ use crate::{Error, Result};
 pub const F16_NAN_BITS: u16 = 0x7E00;
 
 /// A staged operation: each operand the index of its uploaded tensor (an activation's in the
-/// NVFP4 or the dense list), the MoE offsets uploaded, outputs to be made. Enough to bind the
-/// same inputs again to new outputs.
-type Staged = Op<usize, I32View, (), Act<usize, usize>>;
+/// NVFP4 or the dense list), the MoE offsets and per-expert alphas uploaded, outputs to be made.
+/// Enough to bind the same inputs again to new outputs.
+type Staged = Op<usize, I32View, F32View, (), Act<usize, usize>>;
 
 /// The uploaded operands of a staged operation: NVFP4 tensors, and the 16-bit activations of a
 /// W4A16 one.
@@ -67,6 +67,11 @@ impl CudaBackend {
     pub fn prepare_as(&self, p: &Problem, dtype: OutputDtype) -> Result<Prepared> {
         let op = p.op();
         op.validate()?;
+        // The host values the operation's metadata does not hold: the offsets and per-expert
+        // alphas (the fields are public).
+        if let Problem::Moe(m) = p {
+            m.validate()?;
+        }
         if let (Op::MoeGemm { .. }, Err(e)) = (&op, self.route(&op.meta())) {
             return Err(Error::Unsupported {
                 backend: "cuda".into(),
@@ -76,8 +81,8 @@ impl CudaBackend {
         self.stage(&op, false, dtype)
     }
 
-    /// Uploads `op`'s operands (a GEMV's B in A's scale layout: its kernel reads both in one)
-    /// and offsets, allocates its outputs (of `dtype`) and binds it: with the backend's shared
+    /// Uploads `op`'s operands (a GEMV's B in A's scale layout: its kernel reads both in one),
+    /// offsets and per-expert alphas, allocates its outputs (of `dtype`) and binds it: with the backend's shared
     /// workspace (`shared`, locked only while binding) or a workspace of its own.
     pub(super) fn stage<A: Stage + Activation>(
         &self,
@@ -99,6 +104,7 @@ impl CudaBackend {
             },
             |x| x.stage(self, &mut inputs.borrow_mut(), gemv_layout),
             |offsets| self.upload_i32(offsets),
+            |alphas| self.upload_f32(alphas),
             |_| Ok::<_, crate::Error>(()),
         )?;
         self.bind_staged(staged, Arc::new(inputs.into_inner()), shared, dtype)
@@ -119,12 +125,13 @@ impl CudaBackend {
             Act::Nvfp4(i) => Act::Nvfp4(&views[i]),
             Act::Dense(i) => Act::Dense(&dense[i]),
         };
-        let shapes = staged.map(|&i| views[i].meta, |x| act(x).act_meta(), |o| o.len, |_| None).output_shapes();
+        let shapes =
+            staged.map(|&i| views[i].meta, |x| act(x).act_meta(), |o| o.len, |x| x.len, |_| None).output_shapes();
         let outputs: Vec<DeviceF16> =
             shapes.into_iter().map(|s| self.alloc_output_as(s, dtype)).collect::<Result<_>>()?;
         let out_views: Vec<F16View> = outputs.iter().map(DeviceF16::view).collect();
         let mut next = out_views.iter();
-        let op = staged.map(|&i| &views[i], act, |o| o, |_| next.next().expect("one view per output"));
+        let op = staged.map(|&i| &views[i], act, |o| o, |x| x, |_| next.next().expect("one view per output"));
         let bound = if shared { self.bind(op)? } else { self.bind_with(op, &mut None)? };
         Ok(Prepared { bound, inputs, outputs, staged, dtype })
     }

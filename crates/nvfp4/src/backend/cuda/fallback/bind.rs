@@ -4,7 +4,7 @@
 use cudarc::driver::CudaFunction;
 
 use super::{MmaConfig, THREADS, TILE_M, TILE_N};
-use crate::backend::cuda::device::{to_i32, ActView, F16View, I32View, Keep, Nvfp4View, Owned};
+use crate::backend::cuda::device::{to_i32, ActView, F16View, F32View, I32View, Keep, Nvfp4View, Owned};
 use crate::backend::cuda::family::Launch;
 use crate::backend::cuda::kernels::fallback::{MmaParams, MmaProblem};
 use crate::backend::cuda::kernels::pdl_ready;
@@ -75,6 +75,8 @@ impl MmaOperands<'_> {
             out_bf16: self.c.bf16_flag(),
             experts: 0,
             offsets: 0,
+            alphas: 0,
+            global: [0.0; 2],
         };
         to_i32(l * m * n, "L * M * N")?;
         let keep = [a_keep, self.b.keep(), self.b2.and_then(Nvfp4View::keep), self.c.keep()];
@@ -130,16 +132,24 @@ impl MmaLaunch {
     }
 
     /// Binds the MoE form (`op.a` the tokens `[1, T, K]`, `op.b` the experts `[E, N, K]`, `op.c`
-    /// `[1, T, N]`, E end rows in `offsets`) to `func`, the kernel of `plan`.
-    pub fn bind_moe(plan: &MmaConfig, func: CudaFunction, op: MmaOperands<'_>, offsets: &I32View) -> Result<Self> {
+    /// `[1, T, N]`, E end rows in `offsets`; E per-expert alphas in `alphas`, or `op.alpha` for
+    /// every expert) to `func`, the kernel of `plan`.
+    pub fn bind_moe(
+        plan: &MmaConfig,
+        func: CudaFunction,
+        op: MmaOperands<'_>,
+        offsets: &I32View,
+        alphas: Option<&F32View>,
+    ) -> Result<Self> {
         let meta = op.a.act_meta();
         let (t, n, k, e) = (meta.rows(), op.b.meta.rows, meta.k(), op.b.meta.l);
         let Some(act) = meta.dense_dtype() else {
             return Err(Error::Invalid("the fallback's MoE form takes 16-bit activations (W4A16)".into()));
         };
-        if meta.l() != 1 || op.c.shape != [1, t, n] || offsets.len != e {
+        let alphas_len = alphas.map_or(e, |x| x.len);
+        if meta.l() != 1 || op.c.shape != [1, t, n] || offsets.len != e || alphas_len != e {
             return Err(Error::Shape(format!(
-                "fallback: MoE tokens {meta:?}, experts {:?}, {} offsets, output {:?}",
+                "fallback: MoE tokens {meta:?}, experts {:?}, {} offsets, {alphas_len} alphas, output {:?}",
                 op.b.meta, offsets.len, op.c.shape
             )));
         }
@@ -154,6 +164,11 @@ impl MmaLaunch {
         one.experts = to_i32(e, "experts")?;
         one.offsets = offsets.addr;
         keep.extend(offsets.keep());
+        if let Some(alphas) = alphas {
+            one.alphas = alphas.addr;
+            one.global = [meta.global_scale(), op.b.meta.global_scale];
+            keep.extend(alphas.keep());
+        }
         let params = MmaParams { problems: 0, count: 1, reserved: 0, one };
         Ok(Self { config, func, params, keep })
     }

@@ -14,7 +14,7 @@ use super::kernels::fallback::{Symbols16, FALLBACK, FALLBACK16, FALLBACK16_BF16,
 use super::kernels::KernelModule;
 use super::overrides::Overrides;
 use crate::format::{Nvfp4Meta, OutputDtype};
-use crate::ops::{ActMeta, Op, OpMeta};
+use crate::ops::{ActMeta, MoeAlpha, Op, OpMeta};
 use crate::{Error, Result};
 
 pub use super::kernels::fallback::{DUAL_SYMBOL, GEMM_SYMBOL, PREFETCH, PREFETCH16, THREADS, TILE_K, TILE_M, TILE_N};
@@ -158,7 +158,11 @@ impl Plan for MmaConfig {
                 MmaLaunch::bind(k.gpu(), self, func, &ops)
             }
             Op::MoeGemm { a, b, offsets, alpha, c } => {
-                MmaLaunch::bind_moe(self, func, MmaOperands { a: *a, b, b2: None, alpha: *alpha, c }, offsets)
+                let (one, alphas) = match *alpha {
+                    MoeAlpha::One(x) => (x, None),
+                    MoeAlpha::PerExpert(x) => (None, Some(x)),
+                };
+                MmaLaunch::bind_moe(self, func, MmaOperands { a: *a, b, b2: None, alpha: one, c }, offsets, alphas)
             }
             Op::Gemv { .. } => Err(Error::Invalid(format!("a fallback plan bound to a {}", op.name()))),
         }?;

@@ -113,6 +113,11 @@ kernel_struct! {
         experts: i32 => "i32",
         /// the MoE form: [E] end rows of each expert's tokens in a; else 0
         offsets: u64 => "const i32*",
+        /// the MoE form: [E] f32 alphas, one per expert, on the device, or 0: alpha then. Expert
+        /// e's factor is (alphas[e] * global[0]) * global[1] in f32 (the reference's order)
+        alphas: u64 => "const float*",
+        /// the global scales of a (1 for a 16-bit activation) and b, for alphas
+        global: [f32; 2] => "float" [2],
     }
 }
 

@@ -425,6 +425,14 @@ kernel_struct! {
         x_rows: i32 => "i32",
         /// 1: c is bf16, 0: f16
         out_bf16: i32 => "i32",
+        /// unused (out_bf16 keeps its 16 bytes, as before these fields: see Sm90Problem's note)
+        pad2: [i32; 3] => "i32" [3],
+        /// [L] f32 alphas, one per batch of W (the MoE form's experts), on the device, or null:
+        /// alpha then. Batch l's factor is (alpha_l[l] * global[0]) * global[1] in f32 (the
+        /// reference's order), times DECODE_BIAS (sm90/epilogue.cuh, StoreF16ByBatch)
+        alpha_l: u64 => "const float*",
+        /// the global scales of A (1 for a 16-bit activation) and B, for alpha_l
+        global: [f32; 2] => "float" [2],
         /// output for TMA stores when W rows are contiguous in c: 3-D (2 * N bytes, M, L), box
         /// (128 B, BN, 1), 128-byte swizzle (valid when c_tma)
         tmap_c: TmaMap => "TmaMap",
@@ -547,6 +555,7 @@ pub fn cuda_sizes() -> String {
     for (name, v) in consts {
         let _ = writeln!(s, "constexpr int {name} = {v};");
     }
+    let _ = writeln!(s, "constexpr double DECODE_BIAS = {DECODE_BIAS:?};");
     s += "\n// The shared-memory carve-up of each variant (backend/cuda/kernels/sm90.rs, Variant::layout).\n";
     s += "template <int PARTS, int BM, int BN>\nstruct Layout;\n";
     // One carve-up per operand count: the grouped GEMM's is the GEMM's.
@@ -653,6 +662,8 @@ mod tests {
             assert_eq!(now % 16, before % 16, "{now} {before}");
         }
         assert_eq!((offset_of!(Sm90EpilogueArgs, out_bf16), offset_of!(Sm90EpilogueArgs, tmap_c)), (80, 128));
+        // The per-batch alphas come after out_bf16's 16 bytes, in the room before the map.
+        assert_eq!((offset_of!(Sm90EpilogueArgs, alpha_l), offset_of!(Sm90EpilogueArgs, global)), (96, 104));
         assert_eq!(std::mem::size_of::<Sm90Problem>(), 960);
         assert_eq!(std::mem::size_of::<Sm90Params>(), 1024);
         // The kernel parameter limit (4 KB on every architecture the kernels build for).

@@ -28,6 +28,28 @@ impl Gpu {
         Ok(out)
     }
 
+    /// Copies `values` to the device memory at `addr` on `stream`, after the work enqueued there
+    /// before this call, and waits for the copy.
+    pub fn write_raw<T: DeviceRepr + Clone>(&self, addr: u64, values: &[T], stream: StreamHandle) -> Result<()> {
+        // A copy of the values, so that a failed wait can leave it to the copy (leaked).
+        let src = values.to_vec();
+        let bytes = std::mem::size_of_val(values);
+        // SAFETY: `addr` holds `values.len()` elements of `T` of device memory of this context
+        // (the safe caller passes a view's address and length, which its maker guarantees); the
+        // copy reads the `bytes` of `src`, which outlives it: the stream is waited for below
+        // before `src` is dropped, `src` is leaked if that wait fails, and a copy that failed to
+        // enqueue reads nothing.
+        unsafe { dsys::cuMemcpyHtoDAsync_v2(addr, src.as_ptr().cast(), bytes, stream.0) }
+            .result()
+            .map_err(cuda_err("cuMemcpyHtoDAsync"))?;
+        // SAFETY: waits for `stream`, a live stream of this context.
+        if let Err(e) = unsafe { dsys::cuStreamSynchronize(stream.0) }.result() {
+            std::mem::forget(src); // the copy may still be reading it
+            return Err(cuda_err("synchronizing the stream")(e));
+        }
+        Ok(())
+    }
+
     /// Free and total device memory in bytes.
     pub fn mem_info(&self) -> Result<(usize, usize)> {
         self.stream().context().mem_get_info().map_err(cuda_err("cuMemGetInfo"))

@@ -316,6 +316,10 @@ pub(crate) fn problem_struct(
         w_rows,
         x_rows,
         out_bf16: c.bf16,
+        pad2: [0; 3],
+        // Per-batch alphas: the MoE form's, set by its bind (sm90/grouped/bind.rs).
+        alpha_l: 0,
+        global: [0.0; 2],
         tmap_c: if c_tma { tma_map(c.addr, c.m, c.n * 2, c_l, (v.bn, ROW_BYTES), SW128)? } else { TmaMap::default() },
     };
     Ok(Sm90Problem { main, epi })

@@ -3,7 +3,8 @@
 //! builder's groups, and the launch of the pre-pass (decode every X, build the work table) and the
 //! persistent main kernel. Two forms: a list of groups with their own tensors and shapes (SPEC
 //! §3.4), and the MoE form, one `[E, N, K]` weight tensor, tokens `[T, K]` sorted by expert and
-//! the experts' end rows on the device, which the host never reads. With 16-bit activations
+//! the experts' end rows on the device, which the host never reads, as it never reads the
+//! per-expert alphas there (the epilogue of a unit reads its expert's). With 16-bit activations
 //! (W4A16) nothing is decoded: each group's problem maps its own activation tensor, and the
 //! first launch only builds the table.
 
@@ -11,7 +12,7 @@ use cudarc::driver::CudaFunction;
 
 use super::plan::{GroupedPlan, GroupedShape};
 use crate::backend::cuda::device::{product_alpha, to_i32, ActView, GemmViews};
-use crate::backend::cuda::device::{F16View, I32View, Keep, Nvfp4View, Owned, Workspace};
+use crate::backend::cuda::device::{F16View, F32View, I32View, Keep, Nvfp4View, Owned, Workspace};
 use crate::backend::cuda::family::Launch;
 use crate::backend::cuda::kernels::grouped::{
     GroupSegment, GroupedBuild, GroupedPrepParams, Sm90GroupedParams, BUILD_THREADS, PREPARE_SYMBOL, TABLE_SYMBOL,
@@ -21,7 +22,7 @@ use crate::backend::cuda::kernels::sm90::{XDecodeParams, XKind, BK, DECODE_BIAS,
 use crate::backend::cuda::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
 use crate::backend::cuda::sm90::bind::{problem_struct, OutputSide, XSide};
 use crate::format::PackAct;
-use crate::ops::{effective_alpha, Act, Activation};
+use crate::ops::{effective_alpha, Act, Activation, MoeAlpha};
 use crate::{Error, Result};
 
 /// The operands of a grouped launch.
@@ -38,8 +39,9 @@ pub enum GroupedOperands<'a> {
         b: &'a Nvfp4View,
         /// E end rows.
         offsets: &'a I32View,
-        /// The optional FP32 factor before the final rounding.
-        alpha: Option<f32>,
+        /// The FP32 factor before the final rounding: one (optional) for every expert, or E on
+        /// the device, one per expert.
+        alpha: MoeAlpha<&'a F32View>,
         /// The output.
         c: &'a F16View,
     },
@@ -190,7 +192,22 @@ pub(crate) fn bind_grouped(
                 Act::Dense(_) => x_side(*a, t, None)?,
             };
             let out = OutputSide { addr: c.addr, m: t, n, l: 1, swapped: true, flat: true, bf16: c.bf16_flag() };
-            problems.push(problem_struct(v, 1, (&[*b], n, k, e), xs, alpha_of(*alpha, *a, b), out)?);
+            let one = match alpha {
+                MoeAlpha::One(x) => *x,
+                MoeAlpha::PerExpert(_) => None,
+            };
+            let mut problem = problem_struct(v, 1, (&[*b], n, k, e), xs, alpha_of(one, *a, b), out)?;
+            if let MoeAlpha::PerExpert(alphas) = alpha {
+                if alphas.len != e {
+                    return Err(Error::Shape(format!("grouped bind: {} alphas for {e} experts", alphas.len)));
+                }
+                // Expert l's factor, (alpha_l[l] * global(A)) * global(B) in f32, is formed by
+                // the epilogue of each of its units.
+                problem.epi.alpha_l = alphas.addr;
+                problem.epi.global = [a.act_meta().global_scale(), b.meta.global_scale];
+                keep.extend(alphas.keep());
+            }
+            problems.push(problem);
             build.offsets = offsets.addr;
             build.segments = to_i32(e, "experts")?;
             build.moe_rows = to_i32(t, "tokens")?;
