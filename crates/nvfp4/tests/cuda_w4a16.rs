@@ -358,35 +358,43 @@ fn exact_data_is_bit_identical() {
     }
 }
 
-/// Every tile variant and K schedule of the skeleton, forced, on one shape per operation: the
-/// W4A16 kernels' every instantiation and their split-K, stream-K, CTA-pair and cluster-sum
-/// paths.
-#[test]
-#[ignore = "needs an NVIDIA GPU"]
-fn every_variant_and_schedule_is_bit_identical() {
-    let b = gpu();
-    let gemm = Shape::Gemm { m: 200, n: 1100, k: 1056, l: 1 };
-    let dual = Shape::DualGemm { m: 150, n: 600, k: 544, l: 1 };
-    let list = Shape::GroupedGemm { groups: vec![(40, 520, 544), (300, 130, 288)] };
-    let moe = Shape::Moe { n: 520, k: 544, counts: vec![40, 0, 300, 9] };
+/// One shape per operation with every tile variant and K schedule to force on it: the W4A16
+/// kernels' every instantiation and their split-K, stream-K, CTA-pair and cluster-sum paths.
+fn variant_cases() -> Vec<(Op, Shape, Vec<&'static str>)> {
     let tiles = ["m256n16", "m256n32", "m256n64", "m256n128", "m128n128", "m128n256"];
     let schedules = ["m256n64s3", "m128n128sk", "m256n64c2", "m256n32c2sk", "m128n128s2d", "m256n16s4d"];
-    let cases: Vec<(Op, &Shape, Vec<&str>)> = vec![
-        (Op::Gemm, &gemm, tiles.iter().chain(&schedules).copied().collect()),
+    vec![
+        (Op::Gemm, Shape::Gemm { m: 200, n: 1100, k: 1056, l: 1 }, tiles.iter().chain(&schedules).copied().collect()),
         // The dual GEMM has no W4A16 m128n256 (W16_SKIPPED).
-        (Op::Dual, &dual, tiles[..5].iter().copied().chain(["m256n64s3", "m128n128sk", "m256n64c2"]).collect()),
-        (Op::Grouped, &list, tiles.to_vec()),
-        (Op::Grouped, &moe, tiles.to_vec()),
-    ];
-    for (op, shape, forced) in cases {
+        (
+            Op::Dual,
+            Shape::DualGemm { m: 150, n: 600, k: 544, l: 1 },
+            tiles[..5].iter().copied().chain(["m256n64s3", "m128n128sk", "m256n64c2"]).collect(),
+        ),
+        (Op::Grouped, Shape::GroupedGemm { groups: vec![(40, 520, 544), (300, 130, 288)] }, tiles.to_vec()),
+        (Op::Grouped, Shape::Moe { n: 520, k: 544, counts: vec![40, 0, 300, 9] }, tiles.to_vec()),
+    ]
+}
+
+/// [`variant_cases`], each forced, on exact data (`seed`), checked by `check` (bit-identical).
+fn every_variant(b: &CudaBackend, seed: u64, check: impl Fn(&CudaBackend, &W16, OutputDtype, &str)) {
+    for (op, shape, forced) in variant_cases() {
         for value in forced {
             for (dtype, layout) in [(OutputDtype::Bf16, ScaleLayout::Blocked), (OutputDtype::F16, ScaleLayout::Plain)] {
-                let w = W16::make(shape, dtype, layout, Data::Exact, 7);
+                let w = W16::make(&shape, dtype, layout, Data::Exact, seed);
                 let what = format!("{shape} {dtype} {layout:?} forced {value}");
-                with_forced(&b, op, value, |b| check(b, &w, dtype, Rule::Exact, &what));
+                with_forced(b, op, value, |b| check(b, &w, dtype, &what));
             }
         }
     }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn every_variant_and_schedule_is_bit_identical() {
+    every_variant(&gpu(), 7, |b, w, dtype, what| {
+        check(b, w, dtype, Rule::Exact, what);
+    });
 }
 
 #[test]

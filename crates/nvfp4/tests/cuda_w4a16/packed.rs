@@ -137,32 +137,13 @@ fn packed_signed_zero_and_nan_scales() {
     }
 }
 
-/// Every tile and K schedule of the packed kernels, forced.
+/// Every tile and K schedule of the packed kernels, forced (the dual GEMM's pair included).
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn packed_every_variant_and_schedule_is_bit_identical() {
-    let b = gpu();
-    let gemm = Shape::Gemm { m: 200, n: 1100, k: 1056, l: 1 };
-    let list = Shape::GroupedGemm { groups: vec![(40, 520, 544), (300, 130, 288)] };
-    let moe = Shape::Moe { n: 520, k: 544, counts: vec![40, 0, 300, 9] };
-    let tiles = ["m256n16", "m256n32", "m256n64", "m256n128", "m128n128", "m128n256"];
-    let schedules = ["m256n64s3", "m128n128sk", "m256n64c2", "m256n32c2sk", "m128n128s2d", "m256n16s4d"];
-    let dual = Shape::DualGemm { m: 150, n: 600, k: 544, l: 1 };
-    let cases: Vec<(Op, &Shape, Vec<&str>)> = vec![
-        (Op::Gemm, &gemm, tiles.iter().chain(&schedules).copied().collect()),
-        (Op::Dual, &dual, tiles[..5].iter().copied().chain(["m256n64s3", "m128n128sk", "m256n64c2"]).collect()),
-        (Op::Grouped, &list, tiles.to_vec()),
-        (Op::Grouped, &moe, tiles.to_vec()),
-    ];
-    for (op, shape, forced) in cases {
-        for value in forced {
-            for (dtype, layout) in [(OutputDtype::Bf16, ScaleLayout::Blocked), (OutputDtype::F16, ScaleLayout::Plain)] {
-                let w = W16::make(shape, dtype, layout, Data::Exact, 9);
-                let what = format!("{shape} {dtype} {layout:?} forced {value}");
-                with_forced(&b, op, value, |b| check_packed(b, &w, dtype, Rule::Exact, &what));
-            }
-        }
-    }
+    every_variant(&gpu(), 9, |b, w, dtype, what| {
+        check_packed(b, w, dtype, Rule::Exact, what);
+    });
 }
 
 /// A packed dual GEMM pair takes the variant the W4A16 plan must skip (the unpacked decode
