@@ -7,11 +7,19 @@
 
 use super::*;
 
-/// The route of a packed run names the packed kernels.
+/// The route of a packed run names the packed kernels (and, when `what` says a variant was
+/// forced, that variant's).
 fn check_packed(b: &CudaBackend, w: &W16, out: OutputDtype, rule: Rule, what: &str) -> Vec<OutTensor> {
     let want = w.reference(out);
     let (got, route) = w.run(b, out, None, true);
     assert!(route.contains("16p_sm90"), "{what}: route {route}");
+    if let Some(forced) = what.split("forced ").nth(1) {
+        // The tile of a forced value such as m256n64s3: up to the digits after its 'n'.
+        let n = forced.find('n').expect("a tile");
+        let end = n + 1 + forced[n + 1..].find(|c: char| !c.is_ascii_digit()).unwrap_or(forced.len() - n - 1);
+        let tile = &forced[..end];
+        assert!(route.contains(&format!("p_sm90_ws_{tile}")), "{what}: not the forced {tile}: {route}");
+    }
     let rule = if matches!(w, W16::Dual(_)) { Rule::Tolerance } else { rule };
     for (launch, outs) in got.iter().enumerate() {
         for (i, (g, x)) in outs.iter().zip(&want).enumerate() {

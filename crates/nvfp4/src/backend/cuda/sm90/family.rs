@@ -105,9 +105,10 @@ impl Plan for Sm90Plan {
 impl Sm90Plan {
     /// A W4A16 dual GEMM whose pair is packed has a kernel for every variant, among them those
     /// the W4A16 plan must skip (`W16_SKIPPED`: the unpacked decode spills there): the plan
-    /// over every variant, when it picks one of those and needs no more workspace than `ws`.
+    /// over every variant, when it picks one of those and needs no more workspace than `ws`
+    /// (never for a forced plan: the caller asked for its variant).
     fn packed_dual_plan(&self, ws: &Workspace, sms: usize) -> Option<Sm90Plan> {
-        if self.op != Kind::Dual || self.x == XKind::Nvfp4 {
+        if self.op != Kind::Dual || self.x == XKind::Nvfp4 || self.forced {
             return None;
         }
         let mut alt = plan_for(self.op, XKind::Nvfp4, self.mnkl, sms, None);

@@ -160,6 +160,8 @@ pub struct Sm90Plan {
     pub grid: usize,
     /// The cost model's estimate, in SM cycles.
     pub est_cycles: f64,
+    /// The caller forced its variant (an override): nothing may choose another at bind time.
+    pub forced: bool,
 }
 
 /// Where a plan's scratch lives in its workspace, in bytes, and its counters.
@@ -394,6 +396,7 @@ pub fn plan_for(
                 units,
                 grid: slots * cluster,
                 est_cycles: est,
+                forced: only.is_some(),
             };
             for split in 1..=MAX_SPLIT.min(k_iters) {
                 // Slices start on TMA-stage boundaries (4 sub-stages) when that keeps them all
