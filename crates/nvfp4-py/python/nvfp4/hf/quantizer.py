@@ -64,13 +64,15 @@ def _experts_layout_problem(name, module, config):
 class NVFP4Quantizer(HfQuantizer):
     """Loads NVFP4 checkpoints onto nvfp4's modules (see the module docstring). Pre-quantized
     checkpoints only: it does not quantize a dense model. A form for one checkpoint convention
-    sets ``names`` (its tensor names, ``checkpoint.Names``), ``producer`` (for messages) and,
+    sets ``names`` (its tensor names, ``checkpoint.Names``), ``producer`` and ``left_out`` (for
+    messages) and,
     where its config chooses the quantized modules otherwise than by an ignore list,
     ``_leaves``."""
 
     requires_calibration = True
     names = MODELOPT
     producer = "ModelOpt"
+    left_out = "excluded by the config's ignore list"
 
     def __init__(self, quantization_config, **kwargs):
         super().__init__(quantization_config, **kwargs)
@@ -112,7 +114,7 @@ class NVFP4Quantizer(HfQuantizer):
             if isinstance(module, torch.nn.Linear):
                 if self._leaves(name, module, False):
                     if header is not None and header.find(f"{name}.{names.block_scale}", base):
-                        problems.append(f"{name}: excluded by the config's ignore list but stored quantized")
+                        problems.append(f"{name}: {self.left_out} but stored quantized")
                     continue
                 if header is not None and header.is_dense(name, base, names):
                     logger.warning(f"nvfp4: {name} is stored unquantized in the checkpoint; it stays a dense Linear")
@@ -126,7 +128,7 @@ class NVFP4Quantizer(HfQuantizer):
             elif _fused_experts(module):
                 if self._leaves(name, module, True):
                     if header is not None and header.find(f"{name}.0.gate_proj.{names.block_scale}", base):
-                        problems.append(f"{name}: excluded by the config's ignore list but stored quantized")
+                        problems.append(f"{name}: {self.left_out} but stored quantized")
                     continue
                 problem = _experts_layout_problem(name, module, text_config)
                 if problem:
