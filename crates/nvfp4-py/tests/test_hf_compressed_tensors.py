@@ -358,6 +358,43 @@ def test_other_schemes_are_left_to_transformers(cfg):
     assert type(hf_auto.AutoHfQuantizer.from_config(config, pre_quantized=True)) is CompressedTensorsHfQuantizer
 
 
+@needs_package
+def test_an_fp8_checkpoint_loads_as_before(tmp_path):
+    """A whole compressed-tensors FP8 (W8A8, per-channel) checkpoint, made from the dense export's
+    weights, loads through transformers' own quantizer with nvfp4.hf imported: its layers are
+    compressed-tensors', none is nvfp4's, and the model runs."""
+
+    def tensors(t):
+        out = {}
+        for k, v in t.items():
+            p, _, leaf = k.rpartition(".")
+            if f"{p}.weight_scale" not in t or leaf not in ("weight", "weight_scale", "weight_scale_2", "input_scale"):
+                out[k] = v
+            elif leaf == "weight":
+                w = (R.decode(v, t[p + ".weight_scale"]) * float(t[p + ".weight_scale_2"])).float()
+                scale = w.abs().amax(dim=1, keepdim=True) / 448
+                out[k] = (w / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+                out[p + ".weight_scale"] = scale
+        return out
+
+    def cfg(c):
+        c["quantization_config"] = dict(FP8_W8A8)
+
+    path = R.edited_copy(R.checkpoint(R.DENSE), tmp_path / "fp8", tensors=tensors, config=cfg)
+    (path / "hf_quant_config.json").unlink()
+    from transformers.quantizers.quantizer_compressed_tensors import CompressedTensorsHfQuantizer
+    from transformers.utils.quantization_config import CompressedTensorsConfig
+
+    model, info = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True)
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs")), info
+    assert type(model.config.quantization_config) is CompressedTensorsConfig
+    assert type(model.hf_quantizer) is CompressedTensorsHfQuantizer
+    assert not any(isinstance(m, (nvt.Linear, nvt.MoE)) for m in model.modules())
+    assert model.model.layers[0].self_attn.q_proj.quantization_scheme.weights.num_bits == 8
+    with torch.no_grad():
+        assert torch.isfinite(model(IDS).logits).all()
+
+
 def test_nvfp4_is_taken_over():
     cfg = C.ct_config(["lm_head"])
     assert CT.is_nvfp4(cfg)
