@@ -132,12 +132,6 @@ def modelopt_twin(ct_path, name, dest):
     return R.edited_copy(R.checkpoint(name), dest, tensors=edit)
 
 
-def dequantized(t, prefix):
-    """The layer's weight as compressed-tensors defines it, in float64: e2m1 * e4m3 / g (the
-    product exact, the division rounded once)."""
-    return R.decode(t[prefix + "weight_packed"], t[prefix + "weight_scale"]) / float(t[prefix + "weight_global_scale"])
-
-
 def fake_quant_parts_ct(x, global_scale):
     """x [.., K] quantized per 16-block the compressed-tensors way (see the module docstring):
     (e2m1 * e4m3 as float64 [.., K]; the dequantized activation is that divided by g_in)."""

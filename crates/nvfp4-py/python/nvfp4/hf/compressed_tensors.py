@@ -47,9 +47,12 @@ modelopt_nvfp4.py`` does the reverse of this mapping), and what this module reli
   packing, byte for byte.
 - global scale: dequantization divides by it: w = e2m1 * (weight_scale / weight_global_scale)
   (``_dequantize``: ``scale = scale / global_scale``); the activation's block scale is
-  e4m3(global * amax / 6) and its values are x / (scale / global). It is the reciprocal of
-  ModelOpt's ``weight_scale_2`` / ``input_scale``, which multiply (the converter stores
-  ``1 / weight_scale_2``).
+  e4m3(global * amax / 6) and its values are x / (scale / global) rounded to E2M1, ties to the
+  even code (``calculate_qparams``, ``_quantize``; the package's own fake quantization takes
+  amax / 6 in the activation's 16-bit type, where nvfp4, as ModelOpt, keeps float32: a block
+  scale can then differ by one E4M3 step where that rounding crosses an E4M3 boundary). The
+  global scale is the reciprocal of ModelOpt's ``weight_scale_2`` / ``input_scale``, which
+  multiply (the package's ModelOpt converter stores ``1 / weight_scale_2``).
 
 The mapping: the checkpoint loads as the ModelOpt checkpoint with ``weight_scale_2 =
 f32(1 / weight_global_scale)`` and ``input_scale = f32(1 / input_global_scale)`` (``slots``). The
