@@ -162,13 +162,15 @@ class RefLinear(torch.nn.Module):
 
 class RefMoE(torch.nn.Module):
     """Routed SwiGLU experts in float64, one (token, slot) pair at a time (see the module
-    docstring); the call of transformers' fused experts module."""
+    docstring); the call of transformers' fused experts module. ``linear``: the reference layer
+    of the checkpoint's convention (``RefLinear``: ModelOpt)."""
 
-    def __init__(self, t, prefix, num_experts, mode, dtype):
+    def __init__(self, t, prefix, num_experts, mode, dtype, linear=None):
         super().__init__()
+        linear = linear or RefLinear
         self.mode, self.dtype = mode, dtype
         self.exp = torch.nn.ModuleList(
-            torch.nn.ModuleList(RefLinear(t, f"{prefix}{e}.{n}.", mode, dtype) for n in ("gate_proj", "up_proj", "down_proj"))
+            torch.nn.ModuleList(linear(t, f"{prefix}{e}.{n}.", mode, dtype) for n in ("gate_proj", "up_proj", "down_proj"))
             for e in range(num_experts)
         )
 
@@ -189,8 +191,10 @@ class RefMoE(torch.nn.Module):
         return out.float().to(self.dtype)
 
 
-def reference_model(path, mode, dtype=torch.bfloat16, device="cpu"):
-    """The checkpoint's model with ``RefLinear`` / ``RefMoE`` in place of its quantized layers."""
+def reference_model(path, mode, dtype=torch.bfloat16, device="cpu", linear=None):
+    """The checkpoint's model with ``RefLinear`` (or ``linear``, the reference layer of another
+    checkpoint convention) / ``RefMoE`` in place of its quantized layers."""
+    linear = linear or RefLinear
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(path)
@@ -202,9 +206,9 @@ def reference_model(path, mode, dtype=torch.bfloat16, device="cpu"):
     replaced = []
     for name, module in list(model.named_modules()):
         if isinstance(module, torch.nn.Linear) and f"{name}.weight_scale" in t:
-            new = RefLinear(t, name + ".", mode, dtype)
-        elif isinstance(getattr(module, "gate_up_proj", None), torch.nn.Parameter) and f"{name}.0.gate_proj.weight" in t:
-            new = RefMoE(t, name + ".", module.gate_up_proj.shape[0], mode, dtype)
+            new = linear(t, name + ".", mode, dtype)
+        elif isinstance(getattr(module, "gate_up_proj", None), torch.nn.Parameter) and f"{name}.0.gate_proj.weight_scale" in t:
+            new = RefMoE(t, name + ".", module.gate_up_proj.shape[0], mode, dtype, linear)
         else:
             continue
         parent, _, child = name.rpartition(".")

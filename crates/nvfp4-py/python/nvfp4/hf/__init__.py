@@ -1,4 +1,5 @@
-"""NVIDIA ModelOpt NVFP4 checkpoints in Hugging Face transformers, on nvfp4's kernels.
+"""NVFP4 checkpoints in Hugging Face transformers, on nvfp4's kernels: NVIDIA ModelOpt exports
+and compressed-tensors' ``nvfp4-pack-quantized`` checkpoints.
 
 Importing this module registers the ``quant_method`` ``"modelopt"`` with transformers (its
 quantization config and its quantizer), so that ``from_pretrained`` of a ModelOpt NVFP4 export
@@ -16,17 +17,29 @@ The checkpoint's ``ignore`` (or ``exclude_modules``) list keeps its modules as t
 checkpoint nvfp4 cannot load (another ``quant_algo``, missing tensors, wrong shapes, an experts
 layout it does not map) raises ``CheckpointError`` before any weight is read.
 
-compressed-tensors' NVFP4 format is not handled here: transformers registers
-``quant_method: "compressed-tensors"`` for its own quantizer, which this module leaves alone.
+It also takes over ``quant_method: "compressed-tensors"`` for NVFP4 checkpoints only
+(``compressed_tensors``): transformers' own config and quantizer for that name stay in charge of
+every other compressed-tensors checkpoint (FP8, INT4, ...), which load exactly as before; an NVFP4
+one loads like a ModelOpt export, its global scales (which divide) mapped to the multipliers
+nvfp4 takes, with ``quantization_config=nvfp4.hf.CompressedTensorsNVFP4Config(mode="w4a4")`` for
+W4A4; one that mixes NVFP4 with schemes nvfp4 does not run raises ``CheckpointError``.
 """
 
 from transformers.quantizers import auto as _auto
 
+from . import compressed_tensors
+from .compressed_tensors import CompressedTensorsNVFP4Config, CompressedTensorsNVFP4Quantizer
 from .config import QUANT_METHOD, ModelOptConfig
 from .errors import CheckpointError
 from .quantizer import ModelOptQuantizer
 
-__all__ = ["ModelOptConfig", "ModelOptQuantizer", "CheckpointError"]
+__all__ = [
+    "ModelOptConfig",
+    "ModelOptQuantizer",
+    "CompressedTensorsNVFP4Config",
+    "CompressedTensorsNVFP4Quantizer",
+    "CheckpointError",
+]
 
 
 def _register():
@@ -49,3 +62,4 @@ def _register():
 
 
 _register()
+compressed_tensors.register()

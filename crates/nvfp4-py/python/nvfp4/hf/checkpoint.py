@@ -1,17 +1,21 @@
-"""What a ModelOpt NVFP4 checkpoint holds for each layer, read from the safetensors headers alone
+"""What an NVFP4 checkpoint holds for each layer, read from the safetensors headers alone
 (names, dtypes, shapes; no tensor is loaded), and checked against the model before transformers
 loads anything, so that a missing tensor or a wrong shape is a ``CheckpointError`` naming it
 rather than an uninitialized buffer.
 
-A quantized linear layer [N, K] (``out_features`` N, ``in_features`` K) is, under its prefix:
+A quantized linear layer [N, K] (``out_features`` N, ``in_features`` K) is, under its prefix, in
+the names of ModelOpt (``MODELOPT``) or of compressed-tensors (``COMPRESSED_TENSORS``):
 
-| name | dtype | shape |
-|---|---|---|
-| ``weight`` | U8 (two E2M1 per byte) | [N, K/2] |
-| ``weight_scale`` | F8_E4M3 | [N, K/16] |
-| ``weight_scale_2`` | F32 (the global scale) | [] or [1] |
-| ``input_scale`` (optional) | F32 | [] or [1] |
-| ``bias`` (if the layer has one) | F16, BF16 or F32 | [N] |
+| ModelOpt | compressed-tensors | dtype | shape |
+|---|---|---|---|
+| ``weight`` | ``weight_packed`` | U8 (two E2M1 per byte) | [N, K/2] |
+| ``weight_scale`` | ``weight_scale`` | F8_E4M3 | [N, K/16] |
+| ``weight_scale_2`` (multiplies) | ``weight_global_scale`` (divides) | F32 | [] or [1] |
+| ``input_scale`` (optional, multiplies) | ``input_global_scale`` (optional, divides) | F32 | [] or [1] |
+| ``bias`` (if the layer has one) | ``bias`` | F16, BF16 or F32 | [N] |
+
+The two store the same bytes and block scales; their global scales are reciprocals of each other
+(``Names.reciprocal``; ``slots`` turns either into the multiplier nvfp4's layers take).
 
 Fused experts (transformers' [E, 2I, H] ``gate_up_proj`` and [E, H, I] ``down_proj``) are stored
 as one such layer per expert and projection: ``experts.{e}.gate_proj`` [I, H], ``up_proj`` [I, H],
@@ -26,6 +30,25 @@ from .errors import CheckpointError
 
 _SCALAR = ((), (1,))
 _FLOATS = ("F16", "BF16", "F32")
+
+
+@dataclass(frozen=True)
+class Names:
+    """The names of one quantized layer's tensors in a checkpoint convention, and whether its
+    global scales are stored as reciprocals (dequantization divides by them) rather than as the
+    multipliers themselves."""
+
+    packed: str
+    block_scale: str
+    global_scale: str
+    input_scale: str
+    reciprocal: bool
+
+
+MODELOPT = Names("weight", "weight_scale", "weight_scale_2", "input_scale", reciprocal=False)
+COMPRESSED_TENSORS = Names(
+    "weight_packed", "weight_scale", "weight_global_scale", "input_global_scale", reciprocal=True
+)
 
 
 @dataclass(frozen=True)
@@ -67,21 +90,22 @@ class Header:
                     return k
         return None
 
-    def is_dense(self, module_name, base_prefix):
+    def is_dense(self, module_name, base_prefix, names=MODELOPT):
         """Whether the checkpoint holds ``module_name`` unquantized (a float ``weight``, no
-        ``weight_scale``): a layer the config does not list as excluded but the export left as
-        it is."""
+        block scale): a layer the config does not list as excluded but the export left as it
+        is."""
         w = self.find(module_name + ".weight", base_prefix)
-        s = self.find(module_name + ".weight_scale", base_prefix)
+        s = self.find(f"{module_name}.{names.block_scale}", base_prefix)
         return w is not None and s is None and self.entries[w][0] in _FLOATS
 
-    def linear(self, module_name, n, k, bias, base_prefix, problems):
-        """Checks the entries of the quantized linear ``module_name`` [N, K] (``problems`` gets
-        one line per missing or malformed tensor); returns its ``LinearEntry``."""
+    def linear(self, module_name, n, k, bias, base_prefix, problems, names=MODELOPT):
+        """Checks the entries of the quantized linear ``module_name`` [N, K] in the convention
+        ``names`` (``problems`` gets one line per missing or malformed tensor); returns its
+        ``LinearEntry``."""
         want = {
-            "weight": (("U8",), [(n, k // 2)]),
-            "weight_scale": (("F8_E4M3",), [(n, k // 16)]),
-            "weight_scale_2": (("F32",), list(_SCALAR)),
+            names.packed: (("U8",), [(n, k // 2)]),
+            names.block_scale: (("F8_E4M3",), [(n, k // 16)]),
+            names.global_scale: (("F32",), list(_SCALAR)),
         }
         if bias:
             want["bias"] = (_FLOATS, [(n,)])
@@ -101,7 +125,7 @@ class Header:
                     f"{key}: {dtype} {list(shape)}, expected {' or '.join(dtypes)} "
                     f"{' or '.join(str(list(s)) for s in shapes)}"
                 )
-        inp = self.find(module_name + ".input_scale", base_prefix)
+        inp = self.find(f"{module_name}.{names.input_scale}", base_prefix)
         if inp is not None and (self.entries[inp][0] != "F32" or self.entries[inp][1] not in _SCALAR):
             dtype, shape = self.entries[inp]
             problems.append(f"{inp}: {dtype} {list(shape)}, expected F32 [] or [1]")

@@ -1,10 +1,13 @@
-"""``ModelOptQuantizer``: the transformers ``HfQuantizer`` of ``quant_method: "modelopt"`` NVFP4
-checkpoints. ``from_pretrained`` calls it around the weight loading:
+"""``NVFP4Quantizer``, the transformers ``HfQuantizer`` that loads pre-quantized NVFP4 checkpoints
+onto nvfp4's modules, and ``ModelOptQuantizer``, its form for ``quant_method: "modelopt"``
+(``compressed_tensors.CompressedTensorsNVFP4Quantizer`` is the other). ``from_pretrained`` calls
+it around the weight loading:
 
 1. before: reads the checkpoint's safetensors headers, decides which layers are quantized (every
-   ``nn.Linear`` and every fused experts module the config's ``ignore`` list does not name), checks
-   each one's tensors (names, dtypes, shapes; a ``CheckpointError`` lists what is missing or
-   wrong), and puts a loading shell (``slots``) with the checkpoint's names in its place;
+   ``nn.Linear`` and every fused experts module the config does not leave out), checks
+   each one's tensors (names, dtypes, shapes, in the convention ``names``; a ``CheckpointError``
+   lists what is missing or wrong), and puts a loading shell (``slots``) with the checkpoint's
+   names in its place;
 2. loading: transformers fills the shells from the checkpoint, tensor by tensor, on the
    ``device_map``'s device; the model's own conversions that would fuse per-expert checkpoint
    tensors into 3-D parameters are dropped for the experts replaced here;
@@ -19,7 +22,7 @@ import torch
 from transformers.quantizers.base import HfQuantizer
 from transformers.utils import logging
 
-from .checkpoint import Header, raise_problems
+from .checkpoint import MODELOPT, Header, raise_problems
 from .errors import CheckpointError
 from .slots import ExpertsSlot, LinearSlot
 
@@ -58,11 +61,18 @@ def _experts_layout_problem(name, module, config):
     return None
 
 
-class ModelOptQuantizer(HfQuantizer):
-    """Loads ModelOpt NVFP4 exports onto nvfp4's modules (see the module docstring). Pre-quantized
-    checkpoints only: it does not quantize a dense model."""
+class NVFP4Quantizer(HfQuantizer):
+    """Loads NVFP4 checkpoints onto nvfp4's modules (see the module docstring). Pre-quantized
+    checkpoints only: it does not quantize a dense model. A form for one checkpoint convention
+    sets ``names`` (its tensor names, ``checkpoint.Names``), ``producer`` and ``left_out`` (for
+    messages) and,
+    where its config chooses the quantized modules otherwise than by an ignore list,
+    ``_leaves``."""
 
     requires_calibration = True
+    names = MODELOPT
+    producer = "ModelOpt"
+    left_out = "excluded by the config's ignore list"
 
     def __init__(self, quantization_config, **kwargs):
         super().__init__(quantization_config, **kwargs)
@@ -70,7 +80,7 @@ class ModelOptQuantizer(HfQuantizer):
 
     def validate_environment(self, *args, **kwargs):
         if not self.pre_quantized:
-            raise CheckpointError("nvfp4.hf loads ModelOpt NVFP4 checkpoints; it does not quantize a dense model")
+            raise CheckpointError(f"nvfp4.hf loads {self.producer} NVFP4 checkpoints; it does not quantize a dense model")
 
     def update_dtype(self, dtype):
         if dtype not in _HALF:
@@ -81,8 +91,18 @@ class ModelOptQuantizer(HfQuantizer):
         self._dtype = dtype
         return dtype
 
+    def _leaves(self, name, module, experts):
+        """Whether the config leaves the module ``name`` unquantized (``experts``: a fused experts
+        module, whose checkpoint tensors are per expert and projection)."""
+        return self.quantization_config.is_excluded(name)
+
+    def _label(self):
+        cfg = self.quantization_config
+        return f"{cfg.quant_method} {cfg.quant_algo}"
+
     def _process_model_before_weight_loading(self, model, checkpoint_files=None, **kwargs):
         cfg = self.quantization_config
+        names = self.names
         text_config = model.config.get_text_config()
         header = Header.read(checkpoint_files) if checkpoint_files else None
         base = getattr(model, "base_model_prefix", "")
@@ -92,23 +112,23 @@ class ModelOptQuantizer(HfQuantizer):
             if any(name.startswith(p + ".") for p, _ in plan):
                 continue  # inside a module already planned
             if isinstance(module, torch.nn.Linear):
-                if cfg.is_excluded(name):
-                    if header is not None and header.find(name + ".weight_scale", base):
-                        problems.append(f"{name}: excluded by the config's ignore list but stored quantized")
+                if self._leaves(name, module, False):
+                    if header is not None and header.find(f"{name}.{names.block_scale}", base):
+                        problems.append(f"{name}: {self.left_out} but stored quantized")
                     continue
-                if header is not None and header.is_dense(name, base):
+                if header is not None and header.is_dense(name, base, names):
                     logger.warning(f"nvfp4: {name} is stored unquantized in the checkpoint; it stays a dense Linear")
                     continue
                 n, k = module.out_features, module.in_features
                 bias = module.bias is not None
                 inp = True
                 if header is not None:
-                    inp = header.linear(name, n, k, bias, base, problems).has_input_scale
-                plan.append((name, LinearSlot(k, n, module.bias.dtype if bias else None, inp)))
+                    inp = header.linear(name, n, k, bias, base, problems, names).has_input_scale
+                plan.append((name, LinearSlot(k, n, module.bias.dtype if bias else None, inp, names)))
             elif _fused_experts(module):
-                if cfg.is_excluded(name):
-                    if header is not None and header.find(f"{name}.0.gate_proj.weight_scale", base):
-                        problems.append(f"{name}: excluded by the config's ignore list but stored quantized")
+                if self._leaves(name, module, True):
+                    if header is not None and header.find(f"{name}.0.gate_proj.{names.block_scale}", base):
+                        problems.append(f"{name}: {self.left_out} but stored quantized")
                     continue
                 problem = _experts_layout_problem(name, module, text_config)
                 if problem:
@@ -120,9 +140,10 @@ class ModelOptQuantizer(HfQuantizer):
                 if header is not None:
                     for x in range(e):
                         for proj, n, k in (("gate_proj", inter, h), ("up_proj", inter, h), ("down_proj", h, inter)):
-                            inp &= header.linear(f"{name}.{x}.{proj}", n, k, False, base, problems).has_input_scale
-                plan.append((name, ExpertsSlot(e, h, inter, inp)))
-        raise_problems(problems, f"{model.__class__.__name__} ({cfg.quant_method} {cfg.quant_algo})")
+                            entry = header.linear(f"{name}.{x}.{proj}", n, k, False, base, problems, names)
+                            inp &= entry.has_input_scale
+                plan.append((name, ExpertsSlot(e, h, inter, inp, names)))
+        raise_problems(problems, f"{model.__class__.__name__} ({self._label()})")
         if not plan:
             raise CheckpointError(f"{model.__class__.__name__}: no quantized layer found (every module excluded?)")
         for name, slot in plan:
@@ -168,3 +189,8 @@ class ModelOptQuantizer(HfQuantizer):
     @property
     def is_compileable(self):
         return True
+
+
+class ModelOptQuantizer(NVFP4Quantizer):
+    """The quantizer of ``quant_method: "modelopt"`` NVFP4 exports (ModelOpt's tensor names,
+    global scales that multiply, modules left out by the config's ``ignore`` list)."""
