@@ -249,7 +249,7 @@ def combine(rows, top_k_weights, t, k, dtype):
     (elementwise adds, one per slot: each token's sum is the same whatever the batch, on every
     backend, unlike a reduction kernel whose order may follow the shape), rounded once to
     ``dtype``."""
-    p = rows.view(t, k, -1).float() * top_k_weights.reshape(t, k, 1).float()
+    p = rows.view(t, k, rows.shape[1]).float() * top_k_weights.reshape(t, k, 1).float()
     total = p.new_zeros(t, p.shape[2])
     for j in range(k):
         total.add_(p[:, j])
