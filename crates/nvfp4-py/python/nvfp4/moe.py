@@ -21,7 +21,9 @@ it and ``torch.compile`` can trace it):
    on the batch it came in), then rounded once to the output type.
 
 Each step computes a row from that row alone, which is what lets ``nvfp4.moe_ep`` (the experts
-split over the ranks of a process group) give this layer's results bit for bit.
+split over the ranks of a process group) give this layer's results bit for bit: always on the CPU
+backend; on the GPU wherever the grouped GEMM's float32 sums do not round, since its stream-K
+split and tile follow the launch's rows (see ``nvfp4.moe_ep``).
 
 Modes, as ``Linear``: ``"w4a16"`` (the default: the activations stay 16-bit) and ``"w4a4"``
 (activations quantized to NVFP4 with the checkpoint's calibrated input scales, one per

@@ -1,6 +1,6 @@
 """``nvfp4.torch.ExpertParallelMoE``: ``nvfp4.torch.MoE`` with its experts split over the ranks of a
-``torch.distributed`` process group (expert parallelism), results equal bit for bit to the one
-``MoE`` holding every expert.
+``torch.distributed`` process group (expert parallelism), results equal to the one ``MoE`` holding
+every expert (bit for bit on the CPU backend; on the GPU see below).
 
 Layout: E experts over W ranks (W must divide E); rank r holds the contiguous block of experts
 ``r*E/W .. (r+1)*E/W - 1`` as a ``MoE`` of its own (``local``). Each rank calls the layer with its
@@ -24,7 +24,14 @@ One call:
    float32, slot order, one rounding).
 
 Each step computes a row from that row alone, and the combine is ``MoE``'s, so the outputs are
-``MoE``'s bits whatever the split and whatever the other ranks' tokens.
+``MoE``'s bits whatever the split and whatever the other ranks' tokens, with one limit on the GPU:
+there the grouped GEMM shares its k-steps stream-K over the whole launch and picks its tile from
+the launch's row count, so where its float32 sums round, a row's last bits follow the rows it is
+launched with (the one-GPU layer's outputs for a token likewise depend on the batch it came in).
+A rank's launch holds other rows than the one-GPU layer's, so on the GPU the outputs are its bits
+where the sums are exact in float32 (``tests_gpu/test_ep_gpu``'s exact-tier data) and otherwise
+within the roundings' own tolerance (each of the three roundings at most one ulp apart). On the
+CPU backend (exact sums, one rounding) they are always its bits (``tests/test_moe_ep``).
 
 Two forms, chosen by ``capacity``:
 
