@@ -6,8 +6,10 @@ Cases: both modes, both dtypes, both forms (variable, capacity: ``"worst"`` and 
 layer built from a full ``MoE`` and from this rank's weights only, per-expert alphas (distinct
 global scales), uneven token counts (a rank with none), an expert receiving no token, a rank
 receiving no row (all tokens routed to the other's experts), ids >= E in every case, k = 1, 2 and
-3, and the over-capacity behaviour (NaN and counted; dropped and counted), then the errors."""
+3, and the over-capacity behaviour (NaN and counted; dropped and counted); no host read in the
+capacity form (every Python-level read of a tensor refused during a call); then the errors."""
 
+import contextlib
 import pathlib
 
 import pytest
@@ -110,6 +112,26 @@ def overflowing(name):
     return over
 
 
+@contextlib.contextmanager
+def no_host_reads():
+    """Every Python-level read of a tensor's value on the host (``item``, ``tolist``, ``bool``,
+    ``int``, ``float``, ``__index__``, ``numpy``) raises inside: what the capacity form must never
+    do (on a GPU each would synchronize and fail a CUDA graph capture)."""
+    names = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy")
+    saved = {n: getattr(torch.Tensor, n) for n in names}
+
+    def refuse(self, *args, **kwargs):
+        raise RuntimeError("host read of a tensor")
+
+    for n in names:
+        setattr(torch.Tensor, n, refuse)
+    try:
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(torch.Tensor, n, f)
+
+
 def worker(rank, world, folder):
     """One rank: every case, then the errors; outputs saved as ``<case>.<rank>.pt``."""
     folder = pathlib.Path(folder)
@@ -125,11 +147,17 @@ def worker(rank, world, folder):
         s = split(name, rank)
         out = ep(x[s], ids[s], w[s])
         counts = [ep.overflow_count()]
-        again = ep(x[s], ids[s], w[s])
+        try:  # the second call with host reads refused: the capacity form makes none
+            with no_host_reads():
+                again = ep(x[s], ids[s], w[s])
+            refused = None
+        except RuntimeError as exc:  # the variable form reads the counts (both ranks, same place)
+            again, refused = ep(x[s], ids[s], w[s]), str(exc)
         counts.append(ep.overflow_count())
         ep.reset_overflow()
         counts.append(ep.overflow_count())
-        torch.save({"out": out, "again": again, "overflow": counts}, folder / f"{name}.{rank}.pt")
+        saved = {"out": out, "again": again, "overflow": counts, "refused": refused}
+        torch.save(saved, folder / f"{name}.{rank}.pt")
 
     errors = []
 
@@ -192,6 +220,8 @@ def test_equals_single_layer(ranks, name):
         assert torch.equal(bits(got["out"]), bits(want[s])), (name, rank)
         assert torch.equal(bits(got["again"]), bits(want[s])), (name, rank)
         assert got["overflow"] == [0, 0, 0]
+        # The capacity form reads nothing on the host; the variable form reads the counts.
+        assert got["refused"] == (None if CASES[name][6] is not None else "host read of a tensor"), got["refused"]
 
 
 def test_cases_cover():
@@ -221,7 +251,8 @@ def test_the_check_can_fail(ranks):
 
 def test_over_capacity_nan(ranks):
     """Pairs past the capacity: their tokens' outputs are NaN, every other token's are the single
-    layer's bits, and the count is on the device, per call, until reset."""
+    layer's bits, and the count is on the device, per call, until reset (the second call made no
+    host read)."""
     name = "cap_over_nan"
     over = overflowing(name)
     want = single(name)
@@ -233,7 +264,7 @@ def test_over_capacity_nan(ranks):
         assert torch.isnan(got["out"][bad]).all()
         assert torch.equal(bits(got["out"][~bad]), bits(want[s][~bad]))
         n = int(over[s].sum())
-        assert got["overflow"] == [n, 2 * n, 0]
+        assert got["overflow"] == [n, 2 * n, 0] and got["refused"] is None
 
 
 def test_over_capacity_drop(ranks):
@@ -249,7 +280,7 @@ def test_over_capacity_drop(ranks):
         got = saved(ranks, name, rank)
         assert not torch.isnan(got["out"]).any()
         assert torch.equal(bits(got["out"]), bits(want[s]))
-        assert got["overflow"] == [int(over[s].sum()), 2 * int(over[s].sum()), 0]
+        assert got["overflow"] == [int(over[s].sum()), 2 * int(over[s].sum()), 0] and got["refused"] is None
 
 
 def test_errors(ranks):
