@@ -36,6 +36,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 
@@ -225,6 +226,8 @@ def run_rank(rank, world, args):
 
 def spawned(rank, world, args, init_file):
     os.environ.update(ENV)
+    if args.dry_run and sys.platform.startswith("linux"):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # both processes on this host
     backend = "gloo" if args.dry_run else "nccl"
     kw = {}
     if not args.dry_run:

@@ -8,6 +8,7 @@ comes back as ``torch.multiprocessing.ProcessRaisedException`` with its tracebac
 import datetime
 import os
 import shutil
+import sys
 import tempfile
 import time
 
@@ -42,11 +43,15 @@ def run(fn, world, args=(), backend="gloo", timeout_s=120, collective_s=60, env=
     every one has exited cleanly."""
     import torch.multiprocessing as mp
 
+    env = dict(env or {})
+    if backend == "gloo" and sys.platform.startswith("linux") and "GLOO_SOCKET_IFNAME" not in os.environ:
+        # The processes share this host: loopback, whatever the host name resolves to.
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     folder = tempfile.mkdtemp(prefix="nvfp4-ep-")
     init_file = os.path.join(folder, "rendezvous")
     ctx = mp.start_processes(
         _entry,
-        args=(fn, world, backend, init_file, dict(env or {}), collective_s, tuple(args)),
+        args=(fn, world, backend, init_file, env, collective_s, tuple(args)),
         nprocs=world,
         join=False,
         start_method="spawn",
