@@ -123,7 +123,8 @@ def worker(rank, world, folder, cuda=True):
         for mode in ("w4a16", "w4a4"):
             key = f"{tier}-{mode}"
             g = torch.Generator().manual_seed(11)  # the same layer and tokens on both ranks
-            make_layer, make_tokens = (exact_layer, exact_tokens) if tier == "exact" else (gaussian_layer, gaussian_tokens)
+            exact = tier == "exact"
+            make_layer, make_tokens = (exact_layer, exact_tokens) if exact else (gaussian_layer, gaussian_tokens)
             cpu_layer = make_layer(mode, g)
             full = cpu_layer.to(dev)
             x, ids, w = make_tokens(g, sum(COUNTS), torch.bfloat16)
