@@ -59,6 +59,8 @@ Ids: ``top_k_index`` holds global ids in [0, E) or >= E (left out); negative ids
 contract (as in ``MoE``, where they would count as expert 0, and here the same).
 """
 
+import numbers
+
 import torch
 
 from .moe import MoE, check_tokens, combine, route
@@ -70,6 +72,21 @@ def _all_to_all(output, input, output_split_sizes=None, input_split_sizes=None, 
     """``torch.distributed.all_to_all_single``, the one place the layer calls it (a bench can wrap
     it to time the exchanges)."""
     torch.distributed.all_to_all_single(output, input, output_split_sizes, input_split_sizes, group=group)
+
+
+def _place(group):
+    """This process's rank in ``group`` and the group's size, checked: an initialized group that
+    holds this process."""
+    dist = torch.distributed
+    if not dist.is_available() or not dist.is_initialized():
+        raise ValueError(
+            "ExpertParallelMoE needs an initialized torch.distributed process group "
+            "(torch.distributed.init_process_group)"
+        )
+    rank = dist.get_rank(group)
+    if rank < 0:
+        raise ValueError("this process is not a member of the given process group")
+    return rank, dist.get_world_size(group)
 
 
 class ExpertParallelMoE(torch.nn.Module):
@@ -90,28 +107,19 @@ class ExpertParallelMoE(torch.nn.Module):
         super().__init__()
         if not isinstance(local, MoE):
             raise TypeError(f"local must be an nvfp4.torch.MoE (this rank's experts), got {type(local).__name__}")
-        dist = torch.distributed
-        if not dist.is_available() or not dist.is_initialized():
-            raise ValueError(
-                "ExpertParallelMoE needs an initialized torch.distributed process group "
-                "(torch.distributed.init_process_group)"
-            )
-        world = dist.get_world_size(group)
-        rank = dist.get_rank(group)
-        if rank < 0:
-            raise ValueError("this process is not a member of the given process group")
-        if isinstance(num_experts, bool) or not isinstance(num_experts, int) or num_experts < 1:
+        rank, world = _place(group)
+        if isinstance(num_experts, bool) or not isinstance(num_experts, numbers.Integral) or num_experts < 1:
             raise TypeError(f"num_experts must be a positive int, got {num_experts!r}")
         if num_experts % world:
             raise ValueError(f"{num_experts} experts do not split evenly over {world} ranks")
-        per_rank = num_experts // world
+        per_rank = int(num_experts) // world
         if local.num_experts != per_rank:
             raise ValueError(
                 f"local holds {local.num_experts} experts; {num_experts} experts over {world} ranks "
                 f"are {per_rank} per rank"
             )
         if capacity is not None and capacity != "worst":
-            if isinstance(capacity, bool) or not isinstance(capacity, int):
+            if isinstance(capacity, bool) or not isinstance(capacity, numbers.Integral):
                 raise TypeError(f'capacity must be None, "worst" or an int, got {capacity!r}')
             if capacity < 1:
                 raise ValueError(f"capacity must be >= 1 row, got {capacity}")
@@ -119,8 +127,9 @@ class ExpertParallelMoE(torch.nn.Module):
             raise ValueError(f'overflow must be "nan" or "drop", got {overflow!r}')
         self.local = local
         self.group, self.world, self.rank = group, world, rank
-        self.num_experts, self.experts_per_rank = num_experts, per_rank
-        self.capacity, self.overflow = capacity, overflow
+        self.num_experts, self.experts_per_rank = int(num_experts), per_rank
+        self.capacity = capacity if capacity in (None, "worst") else int(capacity)
+        self.overflow = overflow
         dev = local.expert_ids.device
         self.register_buffer("rank_ids", torch.arange(world, device=dev), persistent=False)
         # (token, slot) pairs this rank could not send for the capacity, since the last reset.
@@ -132,13 +141,7 @@ class ExpertParallelMoE(torch.nn.Module):
         over ``group``."""
         if not isinstance(moe, MoE):
             raise TypeError(f"moe must be an nvfp4.torch.MoE, got {type(moe).__name__}")
-        dist = torch.distributed
-        if not dist.is_available() or not dist.is_initialized():
-            raise ValueError(
-                "ExpertParallelMoE needs an initialized torch.distributed process group "
-                "(torch.distributed.init_process_group)"
-            )
-        world, rank = dist.get_world_size(group), dist.get_rank(group)
+        rank, world = _place(group)
         if moe.num_experts % world:
             raise ValueError(f"{moe.num_experts} experts do not split evenly over {world} ranks")
         per = moe.num_experts // world
