@@ -16,8 +16,14 @@ it and ``torch.compile`` can trace it):
    rounding of gate and up before the SiLU;
 3. down: one grouped GEMM of the SwiGLU rows with each expert's alpha;
 4. combine: the rows put back in (token, slot) order by the sort's permutation (a copy to unique
-   indices: deterministic, no atomics) and summed over the k slots in float32, weighted by the
-   router's weights, then rounded once to the output type.
+   indices: deterministic, no atomics), weighted by the router's weights and summed over the k
+   slots in float32 in slot order (one elementwise add per slot, so a token's sum does not depend
+   on the batch it came in), then rounded once to the output type.
+
+Each step computes a row from that row alone, which is what lets ``nvfp4.moe_ep`` (the experts
+split over the ranks of a process group) give this layer's results bit for bit: always on the CPU
+backend; on the GPU wherever the grouped GEMM's float32 sums do not round, since its stream-K
+split and tile follow the launch's rows (see ``nvfp4.moe_ep``).
 
 Modes, as ``Linear``: ``"w4a16"`` (the default: the activations stay 16-bit) and ``"w4a4"``
 (activations quantized to NVFP4 with the checkpoint's calibrated input scales, one per
@@ -151,46 +157,102 @@ class MoE(torch.nn.Module):
         a = alpha if uniform is None else uniform
         return torch.ops.nvfp4.grouped_gemm_moe(x, sx, weight, scale, offsets, alpha=a, out_dtype=dtype, layout="plain")
 
-    def forward(self, hidden_states, top_k_index, top_k_weights):
-        x = hidden_states
-        if x.dim() != 2 or x.shape[1] != self.hidden_size:
-            raise ValueError(f"hidden_states must be [T, {self.hidden_size}], got shape {list(x.shape)}")
-        if x.dtype not in _HALF:
-            raise TypeError(f"MoE takes float16 or bfloat16 hidden states, got {x.dtype}")
-        t = x.shape[0]
-        k = top_k_index.shape[-1]
-        dtype = self.out_dtype or x.dtype
-        x = x.contiguous()
-
-        # 1. Route: sorted by expert (stable: token order within an expert), end rows per expert.
-        ids = top_k_index.reshape(-1)
-        sorted_ids, order = torch.sort(ids, stable=True)
-        offsets = torch.searchsorted(sorted_ids, self.expert_ids.to(sorted_ids.dtype), right=True).to(torch.int32)
-        src = torch.div(order, k, rounding_mode="floor")  # the token of each sorted row
-
-        # 2. gate/up, one grouped GEMM over [gate; up], then SwiGLU in float32, rounded once.
+    def _activations(self, x):
+        """The tokens as the gate/up GEMM reads them, one row per token: (x, None) in W4A16; in
+        W4A4 the NVFP4 values [T, H/2] and plain scales [T, H/16] (uint8), each token quantized
+        once with the calibrated input scale (per row: a row's bits do not depend on the others)."""
         if self.mode == "w4a16":
-            xa, sa = x.index_select(0, src), None
-        else:  # quantize each token once, then gather its rows
-            q, s, _ = torch.ops.nvfp4.quantize(x, self.gate_up_input_scale)
-            xa, sa = q.index_select(0, src), s.view(torch.uint8).index_select(0, src)
+            return x, None
+        q, s, _ = torch.ops.nvfp4.quantize(x, self.gate_up_input_scale)
+        return q, s.view(torch.uint8)
+
+    def _experts(self, xa, sa, offsets, dtype):
+        """Steps 2 and 3 on rows sorted by expert (``xa``, ``sa`` as ``_activations`` gives them,
+        gathered): each row's ``down_e(silu(gate_e(x)) * up_e(x))`` in ``dtype``, zero for rows
+        at or past ``offsets[E-1]``. Every step is per row, so a row's result depends only on the
+        row and its expert: what lets ``ExpertParallelMoE`` compute rows on other ranks and still
+        give this layer's bits."""
         gu = self._gemm(
             xa, sa, self.gate_up_weight, self.gate_up_weight_scale, offsets, self.gate_up_alpha,
             self._gate_up_uniform, dtype,
         )
         gate, up = gu.float().split(self.intermediate_size, dim=1)
         h = (torch.nn.functional.silu(gate) * up).to(dtype)
-
-        # 3. down.
         if self.mode == "w4a16":
             ha, sh = h, None
         else:
             ha, sh, _ = torch.ops.nvfp4.quantize(h, self.down_input_scale)
-        y = self._gemm(
+        return self._gemm(
             ha, sh, self.down_weight, self.down_weight_scale, offsets, self.down_alpha, self._down_uniform, dtype
         )
 
-        # 4. Back to (token, slot) order, weighted sum over the k slots in float32, rounded once.
+    def _slice(self, lo, hi):
+        """A ``MoE`` holding experts ``lo .. hi-1`` of this one (copies, so that this one can be
+        freed), with the same mode, input scales, alphas and ``out_dtype``. Where this layer
+        passes its alphas as one float, so does the slice; where it passes a tensor, so does the
+        slice (the same kernel path, so the same bits)."""
+        if not 0 <= lo < hi <= self.num_experts:
+            raise ValueError(f"experts {lo}..{hi - 1} are not within the layer's {self.num_experts}")
+        new = MoE.__new__(MoE)
+        torch.nn.Module.__init__(new)
+        new.num_experts, new.hidden_size, new.intermediate_size = hi - lo, self.hidden_size, self.intermediate_size
+        new.mode, new.out_dtype = self.mode, self.out_dtype
+        new.gate_up_input_scale, new.down_input_scale = self.gate_up_input_scale, self.down_input_scale
+        new._gate_up_uniform, new._down_uniform = self._gate_up_uniform, self._down_uniform
+        for name in ("gate_up_weight", "gate_up_weight_scale", "down_weight", "down_weight_scale",
+                     "gate_up_alpha", "down_alpha"):
+            new.register_buffer(name, getattr(self, name)[lo:hi].clone())
+        new.register_buffer("expert_ids", torch.arange(hi - lo, device=self.expert_ids.device), persistent=False)
+        return new
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        x = check_tokens(hidden_states, self.hidden_size)
+        t = x.shape[0]
+        k = top_k_index.shape[-1]
+        dtype = self.out_dtype or x.dtype
+
+        # 1. Route: sorted by expert (stable: token order within an expert), end rows per expert.
+        order, offsets = route(top_k_index.reshape(-1), self.expert_ids)
+        src = torch.div(order, k, rounding_mode="floor")  # the token of each sorted row
+
+        # 2. and 3. gate/up, SwiGLU, down on the token rows gathered in expert order (in W4A4
+        # each token is quantized once, then its rows gathered).
+        xq, sq = self._activations(x)
+        y = self._experts(xq.index_select(0, src), None if sq is None else sq.index_select(0, src), offsets, dtype)
+
+        # 4. Back to (token, slot) order, weighted sum over the k slots.
         rows = torch.empty_like(y).index_copy_(0, order, y)
-        w = top_k_weights.reshape(t, k, 1).float()
-        return (rows.view(t, k, self.hidden_size).float() * w).sum(dim=1).to(dtype)
+        return combine(rows, top_k_weights, t, k, dtype)
+
+
+def check_tokens(hidden_states, hidden_size):
+    """``hidden_states`` checked ([T, H], float16 or bfloat16) and made contiguous."""
+    x = hidden_states
+    if x.dim() != 2 or x.shape[1] != hidden_size:
+        raise ValueError(f"hidden_states must be [T, {hidden_size}], got shape {list(x.shape)}")
+    if x.dtype not in _HALF:
+        raise TypeError(f"MoE takes float16 or bfloat16 hidden states, got {x.dtype}")
+    return x.contiguous()
+
+
+def route(ids, keys):
+    """Rows sorted by id with a stable sort (rows of one id stay in their order): the sort's
+    permutation (sorted row i is row ``order[i]``) and, for each of ``keys`` (0 .. n-1), the end of
+    its rows as int32 [n] (a ``searchsorted``, on the device: no host synchronization). Ids past
+    the last key sort after ``offsets[n-1]``, where the MoE form's grouped GEMM computes nothing."""
+    sorted_ids, order = torch.sort(ids, stable=True)
+    offsets = torch.searchsorted(sorted_ids, keys.to(sorted_ids.dtype), right=True).to(torch.int32)
+    return order, offsets
+
+
+def combine(rows, top_k_weights, t, k, dtype):
+    """The layer's output from its expert rows in (token, slot) order ([T * k, H]): each row
+    times its router weight in float32, summed over the k slots in slot order starting from +0
+    (elementwise adds, one per slot: each token's sum is the same whatever the batch, on every
+    backend, unlike a reduction kernel whose order may follow the shape), rounded once to
+    ``dtype``."""
+    p = rows.view(t, k, rows.shape[1]).float() * top_k_weights.reshape(t, k, 1).float()
+    total = p.new_zeros(t, p.shape[2])
+    for j in range(k):
+        total.add_(p[:, j])
+    return total.to(dtype)

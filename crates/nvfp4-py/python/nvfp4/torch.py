@@ -364,3 +364,4 @@ class Linear(torch.nn.Module):
 
 
 from .moe import MoE  # noqa: E402, F401  (the routed experts layer, over the ops registered above)
+from .moe_ep import ExpertParallelMoE  # noqa: E402, F401  (MoE's experts split over a process group)
