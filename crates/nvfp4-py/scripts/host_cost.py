@@ -19,12 +19,18 @@ Rows:
   torch.ops.nvfp4.grouped_gemm_moe W4A16   the MoE form, two experts, one float alpha
   native gemm(out=)      nvfp4._nvfp4.gemm alone: the Rust binding without the Python wrapper
   torch.empty only       the allocation alone, for scale
+  torch.ops.aten.empty   a torch.ops call of torch's own that allocates its output and launches
+                         nothing: the floor under an operator call returning a new tensor
   torch add_ (1 kernel)  a one-kernel torch op on a small tensor: torch's own eager call, for scale
-  no launch: ...         the two gemm(out=) rows again in a child process with
+  no launch: ...         the two gemm(out=) rows and the two torch.ops.nvfp4.gemm rows again in
+                         a child process with
                          NVFP4_PY_NO_LAUNCH=1 (the binding skips the driver's kernel launches):
                          the binding's own cost; the difference is the driver's launch (the
                          default shape runs on the one-launch small GEMM kernel)
   graph replay           the 1000 calls captured once and replayed: host µs per launch
+
+The operators run on nvfp4's native boxed kernels where torch allows (``nvfp4.torch.NATIVE_KERNELS``);
+``NVFP4_TORCH_NATIVE_KERNELS=0`` measures their Python kernels instead.
 
 Usage: python3 host_cost.py [M N K]   (default 128 256 256)
 """
@@ -95,16 +101,22 @@ def main():
         "gemm(out=)": lambda: nvfp4.gemm(a, sa, b, sb, out=out),
         "native gemm(out=)": lambda: native(a, sa, b, sb, out),
     }
+    # The operator rows run in the child too: without the launches they are the dispatcher's,
+    # the output allocation's and the binding's cost alone.
+    cases.update({
+        "torch.ops.nvfp4.gemm": lambda: torch.ops.nvfp4.gemm(a, sa, b, sb, None),
+        "torch.ops.nvfp4.gemm W4A16": lambda: torch.ops.nvfp4.gemm(xa, None, b, sb, None),
+    })
     if not child:
         cases.update({
             "gemm(new)": lambda: nvfp4.gemm(a, sa, b, sb),
-            "torch.ops.nvfp4.gemm": lambda: torch.ops.nvfp4.gemm(a, sa, b, sb, None),
-            "torch.ops.nvfp4.gemm W4A16": lambda: torch.ops.nvfp4.gemm(xa, None, b, sb, None),
             "torch.ops.nvfp4.gemm W4A16 packed": lambda: torch.ops.nvfp4.gemm(xa, None, b, sb, None, packed=pk),
             "torch.ops.nvfp4.quantize": lambda: torch.ops.nvfp4.quantize(xa, 1.0),
             "torch.ops.nvfp4.grouped_gemm_moe W4A16": lambda: torch.ops.nvfp4.grouped_gemm_moe(
                 xa, None, bs, sbs, offsets, alpha=1.0),
             "torch.empty only": lambda: torch.empty(m, n, dtype=torch.float16, device="cuda"),
+            "torch.ops.aten.empty (torch.ops call + allocation)": lambda: torch.ops.aten.empty.memory_format(
+                [m, n], dtype=torch.float16, device=out.device),
             "torch add_ (1 kernel)": lambda: x.add_(1),
         })
     for fn in cases.values():
@@ -113,7 +125,7 @@ def main():
         h, w = host_us(fn)
         if child:
             row("no launch: " + name, shape, h, w)
-        elif name == "gemm(out=)" or name.startswith("torch.ops"):
+        elif name == "gemm(out=)" or name.startswith("torch.ops"):  # the bounded calls
             row(name, shape, h, w, bound_us=BOUND_US, within_bound=h <= BOUND_US)
         else:
             row(name, shape, h, w)

@@ -4,7 +4,8 @@
 
 /// Runs an operation on the CPU backend and gives its output (an `nvfp4::OutTensor`) in `$dtype`.
 ///
-/// `on_cpu!(py, &a, |ah| Gemm::new(ah, bh, alpha), gemm_as / gemm16_as, dtype)`: `$make` builds
+/// `on_cpu!(g, &a, |ah| Gemm::new(ah, bh, alpha), gemm_as / gemm16_as, dtype)` (`g` a
+/// `&impl Detach`: where the reference runs): `$make` builds
 /// the operation from the host activation `$h` (an NVFP4 tensor, or a 16-bit one); the first
 /// method runs the NVFP4 form, the second the dense one. With a last argument `f` (a function of
 /// the built operation, such as `MoeGemm::routed_tokens`), `f(&op)` is read before the operation
@@ -17,11 +18,11 @@ macro_rules! on_cpu {
         match $crate::act::to_host($act)? {
             ::nvfp4::ops::Act::Nvfp4($h) => {
                 let p = $make.py()?;
-                ($($with(&p),)? $py.detach(move || ::nvfp4::CpuBackend.$nvfp4(&p, dtype)).py()?)
+                ($($with(&p),)? $crate::gil::Detach::run($py, move || ::nvfp4::CpuBackend.$nvfp4(&p, dtype)).py()?)
             }
             ::nvfp4::ops::Act::Dense($h) => {
                 let p = $make.py()?;
-                ($($with(&p),)? $py.detach(move || ::nvfp4::CpuBackend.$dense(&p, dtype)).py()?)
+                ($($with(&p),)? $crate::gil::Detach::run($py, move || ::nvfp4::CpuBackend.$dense(&p, dtype)).py()?)
             }
         }
     }};

@@ -10,6 +10,7 @@ mod act;
 mod cpu;
 mod cuda;
 mod error;
+mod gil;
 mod moe;
 mod moe_alpha;
 mod operand;
@@ -17,6 +18,8 @@ mod ops;
 mod pack;
 mod quantize;
 mod tensor;
+mod torch_abi;
+mod torch_kernels;
 mod weights;
 
 use pyo3::prelude::*;
@@ -41,6 +44,7 @@ fn _nvfp4(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(operand::scale_layout_of, m)?)?;
     m.add_function(wrap_pyfunction!(pack::packed_size, m)?)?;
     m.add_function(wrap_pyfunction!(pack::pack_into, m)?)?;
+    m.add_function(wrap_pyfunction!(torch_kernels::register_torch_kernels, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_available, m)?)?;
     Ok(())
 }

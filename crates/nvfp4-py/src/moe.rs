@@ -10,14 +10,16 @@ use nvfp4::ops::{Act, Op};
 use nvfp4::MoeGemm;
 use pyo3::prelude::*;
 
-use crate::act;
+use crate::act::{self, Activation};
 use crate::cpu::on_cpu;
 use crate::error::{dtype, value, IntoPy, PyResult};
+use crate::gil::Detach;
 use crate::moe_alpha::{DeviceAlpha, MoeAlphaArg};
+use crate::operand::Operand;
 use crate::operand::{check_out, out_dtype, out_view};
 use crate::ops::{key, launch_with, validate, Call};
 use crate::pack::Packed;
-use crate::tensor::{Device, Dtype};
+use crate::tensor::{Device, Dtype, Tensor};
 
 /// The bound-op cache's name of this operation (the others are 1 to 3, in `ops`).
 const OP_MOE: u64 = 4;
@@ -50,9 +52,25 @@ pub fn grouped_gemm_moe(
     let out = call.tensor(out, "out")?;
     let packed = Packed::of(&mut call, packed, &a)?;
     let alpha = MoeAlphaArg::parse(&mut call, alpha)?;
-    let am = act::meta(&a);
+    moe_on(&py, call.device(), call.stream(), &a, &b, &offsets, &out, &packed, &alpha)
+}
+
+/// [`grouped_gemm_moe`] on imported operands of `device` (CUDA: on `stream`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn moe_on(
+    g: &impl Detach,
+    device: Device,
+    stream: u64,
+    a: &Activation,
+    b: &Operand,
+    offsets: &Tensor,
+    out: &Tensor,
+    packed: &Option<Packed>,
+    alpha: &MoeAlphaArg,
+) -> PyResult<()> {
+    let am = act::meta(a);
     if am.l() != 1 {
-        let (shape, want) = match &a {
+        let (shape, want) = match a {
             Act::Nvfp4(o) => (&o.values.shape, "[T, K/2] or [1, T, K/2]"),
             Act::Dense(d) => (&d.tensor.shape, "[T, K] or [1, T, K]"),
         };
@@ -76,15 +94,15 @@ pub fn grouped_gemm_moe(
     }
     validate(Op::MoeGemm { a: am, b: b.meta, offsets: e, alpha: alpha.meta(), c: None })?;
     let shape = [1, t, n];
-    check_out(&out, shape, act::flat(&a))?;
-    match call.device() {
+    check_out(out, shape, act::flat(a))?;
+    match device {
         Device::Cpu => {
             let ends: Vec<i32> =
                 offsets.host_bytes(4)?.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-            let (bh, host_alpha, dtype) = (b.to_host()?, alpha.to_host()?, out_dtype(&out));
+            let (bh, host_alpha, dtype) = (b.to_host()?, alpha.to_host()?, out_dtype(out));
             let (routed, c) = on_cpu!(
-                py,
-                &a,
+                g,
+                a,
                 |ah| MoeGemm::new(ah, bh, ends, host_alpha),
                 moe_gemm_as / moe_gemm16_as,
                 dtype,
@@ -93,20 +111,20 @@ pub fn grouped_gemm_moe(
             out.write_host_prefix(&c.to_le_bytes()[..routed * n * 2], 2)
         }
         Device::Cuda(d) => {
-            let (av, cv) = (act::view(&a)?, out_view(&out, shape)?);
-            let bv = match &packed {
-                Some(p) => p.attach(b.view()?, &b, None)?,
+            let (av, cv) = (act::view(a)?, out_view(out, shape)?);
+            let bv = match packed {
+                Some(p) => p.attach(b.view()?, b, None)?,
                 None => b.view()?,
             };
             // SAFETY: a CUDA int32 tensor of the call's device holding exactly E values, dense
             // (checked above and at import), kept alive by the caller's framework while the
             // enqueued kernels run; the kernels clamp its values into [0, T].
             let ov = unsafe { I32View::from_raw(offsets.ptr, e) }.py()?;
-            let mut k = key(OP_MOE, &[&a, &b], &[&out, &offsets], &[]);
+            let mut k = key(OP_MOE, &[a, b], &[out, offsets], &[]);
             alpha.key_into(&mut k);
-            k.extend(Packed::key(&packed));
-            let dev_alpha = DeviceAlpha::of(&alpha)?;
-            launch_with(py, &call, d, k, |backend, ws| {
+            k.extend(Packed::key(packed));
+            let dev_alpha = DeviceAlpha::of(alpha)?;
+            launch_with(g, stream, d, k, |backend, ws| {
                 let bound_alpha = dev_alpha.bind_form(backend)?;
                 let op = DeviceOp::MoeGemm {
                     a: act::borrow(&av),

@@ -12,6 +12,7 @@ use crate::act::{self, ActViews, Activation, Dense};
 use crate::cpu::on_cpu;
 use crate::cuda::launch_cached;
 use crate::error::{value, IntoPy, PyResult};
+use crate::gil::Detach;
 use crate::operand::{check_out, out_dtype, out_view, parse_layout, Operand};
 use crate::pack::Packed;
 use crate::tensor::{Device, Importer, Tensor};
@@ -144,29 +145,28 @@ pub(crate) fn key(op: u64, operands: &[&dyn KeyPart], outs: &[&Tensor], alphas: 
     k
 }
 
-/// Runs an operation on the call's CUDA device and stream, without the GIL: bound now, or the
-/// one bound by an earlier call with the same key.
+/// Runs an operation on CUDA device `ordinal` and `stream` (without the GIL when `g` is the
+/// caller's `Python`): bound now, or the one bound by an earlier call with the same key.
 pub(crate) fn launch<'v>(
-    py: Python<'_>,
-    call: &Call,
+    g: &impl Detach,
+    stream: u64,
     ordinal: usize,
     key: Vec<u64>,
     op: impl FnOnce() -> DeviceOp<'v> + Send,
 ) -> PyResult<()> {
-    launch_with(py, call, ordinal, key, |backend, ws| backend.bind_with(op(), ws))
+    launch_with(g, stream, ordinal, key, |backend, ws| backend.bind_with(op(), ws))
 }
 
 /// [`launch`] with the bind step the caller's (which may upload what the bound launch keeps,
 /// such as a sequence of per-expert alphas).
 pub(crate) fn launch_with(
-    py: Python<'_>,
-    call: &Call,
+    g: &impl Detach,
+    stream: u64,
     ordinal: usize,
     key: Vec<u64>,
     bind: impl FnOnce(&CudaBackend, &mut Option<Workspace>) -> nvfp4::Result<BoundOp> + Send,
 ) -> PyResult<()> {
-    let stream = call.stream();
-    py.detach(move || launch_cached(ordinal, stream, key, bind))
+    g.run(move || launch_cached(ordinal, stream, key, bind))
 }
 
 /// `c = A·Bᵀ`: A the activation (NVFP4, or dense 16-bit with `sfa` None), B the NVFP4 weight.
@@ -191,25 +191,40 @@ pub fn gemm(
     let out = call.tensor(out, "out")?;
     let packed = Packed::of(&mut call, packed, &a)?;
     let alpha = check_alpha(alpha)?;
-    let am = act::meta(&a);
+    gemm_on(&py, call.device(), call.stream(), &a, &b, &out, &packed, alpha)
+}
+
+/// [`gemm`] on imported operands of `device` (CUDA: on `stream`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_on(
+    g: &impl Detach,
+    device: Device,
+    stream: u64,
+    a: &Activation,
+    b: &Operand,
+    out: &Tensor,
+    packed: &Option<Packed>,
+    alpha: Option<f32>,
+) -> PyResult<()> {
+    let am = act::meta(a);
     validate(Op::Gemm { a: am, b: b.meta, alpha, c: None })?;
     let shape = [am.l(), am.rows(), b.meta.rows];
-    check_out(&out, shape, act::flat(&a) && b.flat)?;
-    match call.device() {
+    check_out(out, shape, act::flat(a) && b.flat)?;
+    match device {
         Device::Cpu => {
-            let (bh, dtype) = (b.to_host()?, out_dtype(&out));
-            let c = on_cpu!(py, &a, |ah| Gemm::new(ah, bh, alpha), gemm_as / gemm16_as, dtype);
+            let (bh, dtype) = (b.to_host()?, out_dtype(out));
+            let c = on_cpu!(g, a, |ah| Gemm::new(ah, bh, alpha), gemm_as / gemm16_as, dtype);
             out.write_host(&c.to_le_bytes(), 2)
         }
         Device::Cuda(d) => {
-            let (av, cv) = (act::view(&a)?, out_view(&out, shape)?);
-            let bv = match &packed {
-                Some(p) => p.attach(b.view()?, &b, None)?,
+            let (av, cv) = (act::view(a)?, out_view(out, shape)?);
+            let bv = match packed {
+                Some(p) => p.attach(b.view()?, b, None)?,
                 None => b.view()?,
             };
-            let mut k = key(1, &[&a, &b], &[&out], &[alpha]);
-            k.extend(Packed::key(&packed));
-            launch(py, &call, d, k, || DeviceOp::Gemm { a: act::borrow(&av), b: &bv, alpha, c: &cv })
+            let mut k = key(1, &[a, b], &[out], &[alpha]);
+            k.extend(Packed::key(packed));
+            launch(g, stream, d, k, || DeviceOp::Gemm { a: act::borrow(&av), b: &bv, alpha, c: &cv })
         }
     }
 }
@@ -235,25 +250,38 @@ pub fn gemv(
     let b = call.activation(b, sfb, "b", "sfb")?;
     let out = call.tensor(out, "out")?;
     let alpha = check_alpha(alpha)?;
-    validate(Op::Gemv { a: a.meta, b: act::meta(&b), alpha, c: None })?;
+    gemv_on(&py, call.device(), call.stream(), &a, &b, &out, alpha)
+}
+
+/// [`gemv`] on imported operands of `device` (CUDA: on `stream`).
+pub(crate) fn gemv_on(
+    g: &impl Detach,
+    device: Device,
+    stream: u64,
+    a: &Operand,
+    b: &Activation,
+    out: &Tensor,
+    alpha: Option<f32>,
+) -> PyResult<()> {
+    validate(Op::Gemv { a: a.meta, b: act::meta(b), alpha, c: None })?;
     // The GEMV kernel reads both NVFP4 operands in one scale layout: refused on both devices alike.
-    if let Act::Nvfp4(bq) = &b {
+    if let Act::Nvfp4(bq) = b {
         if a.meta.layout != bq.meta.layout {
             return Err(value("gemv: a and b must share one scale layout"));
         }
     }
     let shape = [a.meta.l, a.meta.rows, 1];
-    check_out(&out, shape, a.flat && act::flat(&b))?;
-    match call.device() {
+    check_out(out, shape, a.flat && act::flat(b))?;
+    match device {
         Device::Cpu => {
-            let (ah, dtype) = (a.to_host()?, out_dtype(&out));
-            let c = on_cpu!(py, &b, |bh| Gemv::new(ah, bh, alpha), gemv_as / gemv16_as, dtype);
+            let (ah, dtype) = (a.to_host()?, out_dtype(out));
+            let c = on_cpu!(g, b, |bh| Gemv::new(ah, bh, alpha), gemv_as / gemv16_as, dtype);
             out.write_host(&c.to_le_bytes(), 2)
         }
         Device::Cuda(d) => {
-            let (av, bv, cv) = (a.view()?, act::view(&b)?, out_view(&out, shape)?);
-            let k = key(2, &[&a, &b], &[&out], &[alpha]);
-            launch(py, &call, d, k, || DeviceOp::Gemv { a: &av, b: act::borrow(&bv), alpha, c: &cv })
+            let (av, bv, cv) = (a.view()?, act::view(b)?, out_view(out, shape)?);
+            let k = key(2, &[a, b], &[out], &[alpha]);
+            launch(g, stream, d, k, || DeviceOp::Gemv { a: &av, b: act::borrow(&bv), alpha, c: &cv })
         }
     }
 }
@@ -282,25 +310,40 @@ pub fn dual_gemm(
     let out = call.tensor(out, "out")?;
     let packed = Packed::of(&mut call, packed, &a)?;
     let alpha = check_alpha(alpha)?;
-    let am = act::meta(&a);
+    dual_gemm_on(&py, call.device(), call.stream(), &a, [&b1, &b2], &out, &packed, alpha)
+}
+
+/// [`dual_gemm`] on imported operands of `device` (CUDA: on `stream`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn dual_gemm_on(
+    g: &impl Detach,
+    device: Device,
+    stream: u64,
+    a: &Activation,
+    [b1, b2]: [&Operand; 2],
+    out: &Tensor,
+    packed: &Option<Packed>,
+    alpha: Option<f32>,
+) -> PyResult<()> {
+    let am = act::meta(a);
     validate(Op::DualGemm { a: am, b1: b1.meta, b2: b2.meta, alpha, c: None })?;
     let shape = [am.l(), am.rows(), b1.meta.rows];
-    check_out(&out, shape, act::flat(&a) && b1.flat && b2.flat)?;
-    match call.device() {
+    check_out(out, shape, act::flat(a) && b1.flat && b2.flat)?;
+    match device {
         Device::Cpu => {
-            let (b1h, b2h, dtype) = (b1.to_host()?, b2.to_host()?, out_dtype(&out));
-            let c = on_cpu!(py, &a, |ah| DualGemm::new(ah, b1h, b2h, alpha), dual_gemm_as / dual_gemm16_as, dtype);
+            let (b1h, b2h, dtype) = (b1.to_host()?, b2.to_host()?, out_dtype(out));
+            let c = on_cpu!(g, a, |ah| DualGemm::new(ah, b1h, b2h, alpha), dual_gemm_as / dual_gemm16_as, dtype);
             out.write_host(&c.to_le_bytes(), 2)
         }
         Device::Cuda(d) => {
-            let (av, cv) = (act::view(&a)?, out_view(&out, shape)?);
-            let (b1v, b2v) = match &packed {
-                Some(p) => (p.attach(b1.view()?, &b1, Some(&b2))?, p.attach(b2.view()?, &b1, Some(&b2))?),
+            let (av, cv) = (act::view(a)?, out_view(out, shape)?);
+            let (b1v, b2v) = match packed {
+                Some(p) => (p.attach(b1.view()?, b1, Some(b2))?, p.attach(b2.view()?, b1, Some(b2))?),
                 None => (b1.view()?, b2.view()?),
             };
-            let mut k = key(3, &[&a, &b1, &b2], &[&out], &[alpha]);
-            k.extend(Packed::key(&packed));
-            launch(py, &call, d, k, || DeviceOp::DualGemm { a: act::borrow(&av), b1: &b1v, b2: &b2v, alpha, c: &cv })
+            let mut k = key(3, &[a, b1, b2], &[out], &[alpha]);
+            k.extend(Packed::key(packed));
+            launch(g, stream, d, k, || DeviceOp::DualGemm { a: act::borrow(&av), b1: &b1v, b2: &b2v, alpha, c: &cv })
         }
     }
 }
@@ -374,7 +417,7 @@ pub fn grouped_gemm(
             // dtype: a list may mix them.
             for ((a, b, out, _), al) in ops.iter().zip(&alphas) {
                 let (bh, dtype) = (b.to_host()?, out_dtype(out));
-                let c = on_cpu!(py, a, |ah| Gemm::new(ah, bh, *al), gemm_as / gemm16_as, dtype);
+                let c = on_cpu!(&py, a, |ah| Gemm::new(ah, bh, *al), gemm_as / gemm16_as, dtype);
                 out.write_host(&c.to_le_bytes(), 2)?;
             }
             Ok(())
@@ -393,7 +436,7 @@ pub fn grouped_gemm(
                 ops.iter().flat_map(|(a, b, _, _)| [a as &dyn KeyPart, b as &dyn KeyPart]).collect();
             let outs: Vec<&Tensor> = ops.iter().map(|(_, _, out, _)| out).collect();
             let k = key(OP_GROUPED, &operands, &outs, &alphas);
-            launch(py, &call, d, k, move || DeviceOp::GroupedGemm(gv))
+            launch(&py, call.stream(), d, k, move || DeviceOp::GroupedGemm(gv))
         }
     }
 }

@@ -105,7 +105,11 @@ impl Packed {
     /// 16-bit activation only (W4A16), packed for its type.
     pub(crate) fn of(call: &mut Call, obj: Option<&Bound<'_, PyAny>>, a: &Activation) -> PyResult<Option<Self>> {
         let Some(obj) = obj.filter(|o| !o.is_none()) else { return Ok(None) };
-        let tensor = call.tensor(obj, "packed")?;
+        Self::from_tensor(call.tensor(obj, "packed")?, a).map(Some)
+    }
+
+    /// [`Packed::of`] for an imported tensor.
+    pub(crate) fn from_tensor(tensor: Tensor, a: &Activation) -> PyResult<Self> {
         let act = match a {
             Act::Dense(d) if d.meta.dtype == OutputDtype::Bf16 => PackAct::Bf16,
             Act::Dense(_) => PackAct::F16,
@@ -114,7 +118,7 @@ impl Packed {
         if !matches!(tensor.device, Device::Cuda(_)) {
             return Err(value("packed: a packed weight is a CUDA tensor"));
         }
-        Ok(Some(Self { tensor, act }))
+        Ok(Self { tensor, act })
     }
 
     /// `view` of weight `w` (the pair's `w2` beside it) with this packed form attached.

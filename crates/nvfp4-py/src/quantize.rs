@@ -11,10 +11,11 @@ use pyo3::prelude::*;
 
 use crate::cuda::with_device;
 use crate::error::{dtype, kind, value, IntoPy, PyResult};
+use crate::gil::Detach;
 use crate::operand::{parse_layout, Operand};
 use crate::tensor::{Device, Dtype, Importer, Tensor};
 
-fn dense_type(t: &Tensor) -> PyResult<DenseType> {
+pub(crate) fn dense_type(t: &Tensor) -> PyResult<DenseType> {
     match t.dtype {
         Dtype::F32 => Ok(DenseType::F32),
         Dtype::F16 => Ok(DenseType::F16),
@@ -58,7 +59,29 @@ pub fn quantize(
     let layout = parse_layout(Some(layout))?.unwrap_or(ScaleLayout::Plain);
     let mut imports = Importer::new(stream);
     let x = imports.tensor(x, "x")?;
-    let ty = dense_type(&x)?;
+    // The input's type and shape first: a message about them beats one about the outputs.
+    dense_type(&x)?;
+    input_dims(&x)?;
+    let v = imports.tensor(values, "values")?;
+    let s = imports.tensor(scales, "scales")?;
+    let g_out = imports.tensor(global_out, "global_out")?;
+    // The global scale: None (ModelOpt, from x's amax), a float, or a one-float tensor.
+    // A tensor is imported before any float conversion: `extract::<f32>` would go through
+    // `__float__`, a host read (a synchronisation, and no device-scalar path under capture).
+    let given: Option<Result<f32, Tensor>> = match global_scale.filter(|g| !g.is_none()) {
+        None => None,
+        Some(g) if g.hasattr("__dlpack__")? => Some(Err(imports.tensor(g, "global_scale")?)),
+        Some(g) => match g.extract::<f32>() {
+            Ok(v) => Some(Ok(v)),
+            Err(_) => return Err(kind("global_scale must be None, a float or a one-element float32 tensor")),
+        },
+    };
+    let stream = imports.stream();
+    quantize_on(&py, stream, &x, v, s, &g_out, given.as_ref(), layout, check_finite)
+}
+
+/// x's (L, rows, K), checked: 2-D or 3-D, no zero dimension, K a multiple of 16.
+pub(crate) fn input_dims(x: &Tensor) -> PyResult<(usize, usize, usize)> {
     let (l, rows, k) = match x.shape[..] {
         [rows, k] => (1, rows, k),
         [l, rows, k] => (l, rows, k),
@@ -70,10 +93,31 @@ pub fn quantize(
     if !k.is_multiple_of(16) {
         return Err(crate::error::to_py(nvfp4::Error::KNotMultipleOf16 { k }));
     }
-    let v = imports.tensor(values, "values")?;
-    let s = imports.tensor(scales, "scales")?;
-    let g_out = imports.tensor(global_out, "global_out")?;
-    check_scalar(&g_out)?;
+    Ok((l, rows, k))
+}
+
+/// [`quantize`] on imported tensors (the device is x's; CUDA: on `stream`): `given` the global
+/// scale, a float or a one-float32 tensor.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn quantize_on(
+    g: &impl Detach,
+    stream: u64,
+    x: &Tensor,
+    v: Tensor,
+    s: Tensor,
+    g_out: &Tensor,
+    given: Option<&Result<f32, Tensor>>,
+    layout: ScaleLayout,
+    check_finite: bool,
+) -> PyResult<()> {
+    let ty = dense_type(x)?;
+    let (l, rows, k) = input_dims(x)?;
+    for t in [&v, &s, g_out].into_iter().chain(given.and_then(|g| g.as_ref().err())) {
+        if t.device != x.device {
+            return Err(value(format!("{} is on {}, the operation's first tensor on {}", t.name, t.device, x.device)));
+        }
+    }
+    check_scalar(g_out)?;
     g_out.writable()?;
     // The values first: the scales' expected shape follows from theirs.
     if v.shape != [l, rows, k / 2] && !(l == 1 && v.shape == [rows, k / 2]) {
@@ -84,45 +128,32 @@ pub fn quantize(
     let out = Operand::new(v, s, Some(layout))?;
     out.values.writable()?;
     out.scales.writable()?;
-    // The global scale: None (ModelOpt, from x's amax), a float, or a one-float tensor.
-    // A tensor is imported before any float conversion: `extract::<f32>` would go through
-    // `__float__`, a host read (a synchronisation, and no device-scalar path under capture).
-    let given: Option<Result<f32, Tensor>> = match global_scale.filter(|g| !g.is_none()) {
-        None => None,
-        Some(g) if g.hasattr("__dlpack__")? => {
-            let t = imports.tensor(g, "global_scale")?;
-            check_scalar(&t)?;
-            Some(Err(t))
-        }
-        Some(g) => match g.extract::<f32>() {
-            Ok(v) => Some(Ok(v)),
-            Err(_) => return Err(kind("global_scale must be None, a float or a one-element float32 tensor")),
-        },
-    };
-    if let Some(Ok(g)) = given {
-        if !(g.is_finite() && g > 0.0) {
-            return Err(value(format!("global scale must be finite and > 0, got {g}")));
+    if let Some(Err(t)) = given {
+        check_scalar(t)?;
+    }
+    if let Some(Ok(gv)) = given {
+        if !(gv.is_finite() && *gv > 0.0) {
+            return Err(value(format!("global scale must be finite and > 0, got {gv}")));
         }
     }
     match x.device {
         Device::Cpu => {
-            let data = host_f32(&x, ty)?;
-            let global = match &given {
+            let data = host_f32(x, ty)?;
+            let global = match given {
                 None => GlobalScale::Auto,
-                Some(Ok(g)) => GlobalScale::Fixed(*g),
+                Some(Ok(v)) => GlobalScale::Fixed(*v),
                 Some(Err(t)) => {
                     let b = t.host_bytes(4)?;
                     GlobalScale::Fixed(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                 }
             };
             // Always checked here: a NaN or an infinity is refused, naming the first.
-            let q = py.detach(move || cpu_quantize(&data, l, rows, k, global)).py()?.into_layout(layout);
+            let q = g.run(move || cpu_quantize(&data, l, rows, k, global)).py()?.into_layout(layout);
             out.values.write_host(q.values(), 1)?;
             out.scales.write_host(q.scales(), 1)?;
             g_out.write_host(&q.global_scale().to_le_bytes(), 4)
         }
         Device::Cuda(d) => {
-            let stream = imports.stream();
             // SAFETY: CUDA tensors of the call's device, dense, of the checked sizes and dtypes,
             // kept alive by the caller's framework while the kernels enqueued on its current
             // stream run.
@@ -130,19 +161,19 @@ pub fn quantize(
                 (
                     DenseView::from_raw(x.ptr, ty, [l, rows, k]).py()?,
                     ScalarView::from_raw(g_out.ptr).py()?,
-                    match &given {
+                    match given {
                         Some(Err(t)) => Some(ScalarView::from_raw(t.ptr).py()?),
                         _ => None,
                     },
                 )
             };
             let ov = out.view()?;
-            let source = match (&given, &gin) {
-                (Some(Ok(g)), _) => GlobalSource::Value(*g),
+            let source = match (given, &gin) {
+                (Some(Ok(v)), _) => GlobalSource::Value(*v),
                 (_, Some(s)) => GlobalSource::Device(s),
                 _ => GlobalSource::Auto,
             };
-            py.detach(move || {
+            g.run(move || {
                 with_device(d, stream, |backend, ws, handle| {
                     if check_finite {
                         backend.quantize_checked_on(&dense, &ov, source, &gout, ws, handle)

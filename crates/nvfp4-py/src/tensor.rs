@@ -149,6 +149,9 @@ enum Owner {
     /// The Python object itself, read through a borrowed C Exchange view: the producer owns
     /// the memory while the object is alive, and the call holds a reference to it.
     Object { _object: Py<PyAny> },
+    /// Nothing: the caller holds the tensor for longer than this description lives (a torch
+    /// operator's boxed kernel holding its arguments' handles: `torch_kernels`).
+    Caller,
 }
 
 /// A tensor borrowed from Python for the length of one call.
@@ -338,6 +341,12 @@ fn unexportable(obj: &Bound<'_, PyAny>, name: &str, e: &PyErr) -> PyErr {
 }
 
 impl Tensor {
+    /// A tensor its holder keeps alive and unchanged while this description lives: `ptr` to
+    /// `shape`'s elements of `dtype`, dense and row-major (checked by the holder).
+    pub fn held_by_caller(name: &str, device: Device, dtype: Dtype, shape: Vec<usize>, ptr: u64) -> Self {
+        Tensor { name: name.to_string(), device, dtype, shape, ptr, read_only: false, _owner: Owner::Caller }
+    }
+
     /// Elements.
     pub fn numel(&self) -> usize {
         self.shape.iter().product()

@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 import nvfp4  # noqa: E402
 import nvfp4.torch as nvt  # noqa: E402
 from reference import decode, gemm_ref, operand, to_blocked  # noqa: E402
+from torch_ops import op_error  # noqa: E402
 
 AMBIGUOUS = r'reads both as plain and as blocked scales .*layout="plain" or layout="blocked"'
 
@@ -29,7 +30,7 @@ def test_ops_take_layout_last():
     b, sfb = operand(rng, 1, 16, 128)
     want = gemm_ref(a[0], sfa[0], b[0], sfb[0], alpha=0.5).view(np.uint16)
     flat = t(sfa[0].ravel()).view(torch.float8_e4m3fn)
-    with pytest.raises(ValueError, match=AMBIGUOUS):
+    with pytest.raises(op_error("gemm", ValueError), match=AMBIGUOUS):
         torch.ops.nvfp4.gemm(t(a[0]), flat, t(b[0]), t(sfb[0]), 0.5)
     got = torch.ops.nvfp4.gemm(t(a[0]), flat, t(b[0]), t(sfb[0]), 0.5, None, "plain")
     np.testing.assert_array_equal(f16_bits(got), want)

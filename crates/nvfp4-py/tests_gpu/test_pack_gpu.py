@@ -58,6 +58,55 @@ def test_moe_packed_in_a_graph(g, dtype):
     assert torch.equal(out.view(torch.int16), want.view(torch.int16))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_torch_ops_take_the_packed_form(g, dtype):
+    """``torch.ops.nvfp4.gemm`` and ``grouped_gemm_moe`` (one alpha and per-expert alphas) with
+    ``packed=``: the bits of the calls without it; unrouted rows zero."""
+    import nvfp4.torch  # noqa: F401 (registers torch.ops.nvfp4)
+
+    e, n, k, t = 3, 200, 512, 50
+    w, s, _ = weights(g, e, n, k, "plain")
+    p = nvfp4.pack(w, s, dtype=dtype)
+    x = exact(g, (t, k), dtype)
+    offs = torch.tensor([10, 10, 40], dtype=torch.int32, device=DEV)
+    alphas = torch.tensor([0.5, 2.0, 0.25], dtype=torch.float32, device=DEV)
+    for alpha in (0.5, alphas):
+        want = nvfp4.grouped_gemm((x, None, w, s), offsets=offs, alpha=alpha)
+        got = torch.ops.nvfp4.grouped_gemm_moe(x, None, w, s, offs, alpha, packed=p)
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), type(alpha)
+        assert not got[40:].any()
+    p0 = nvfp4.pack(w[0], s[0], dtype=dtype)
+    got = torch.ops.nvfp4.gemm(x, None, w[0], s[0], 0.5, packed=p0)
+    assert torch.equal(got.view(torch.int16), nvfp4.gemm(x, None, w[0], s[0], alpha=0.5).view(torch.int16))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_moe_layer_packs_its_experts(g, dtype):
+    """``nvfp4.torch.MoE`` (W4A16, CUDA) packs both projections on its first call and gives the
+    bits of the same layer kept unpacked; a CUDA graph of the packed layer replays them."""
+    import nvfp4.torch as nvt
+
+    e, h, i, t, k = 4, 256, 128, 24, 2
+    gu, sgu, _ = weights(g, e, 2 * i, h, "plain")
+    dn, sdn, _ = weights(g, e, h, i, "plain")
+    make = lambda: nvt.MoE(gu, sgu, [0.5, 1.0, 2.0, 0.25], dn, sdn, 0.75)  # noqa: E731
+    packed, plain = make(), make()
+    plain._packed_for = lambda name, x: None
+    x = exact(g, (t, h), dtype)
+    ids = torch.randint(0, e, (t, k), generator=g).to(DEV)
+    wts = torch.rand((t, k), generator=g).to(dtype).to(DEV)
+    want = plain(x, ids, wts)
+    got = packed(x, ids, wts)
+    assert {("gate_up", dtype), ("down", dtype)} <= set(packed._packed)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = packed(x, ids, wts)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out.view(torch.int16), want.view(torch.int16))
+
+
 def test_pack_errors(g):
     w, s, _ = weights(g, 1, 64, 256, "plain")
     w, s = w[0], s[0]

@@ -35,6 +35,8 @@ float.
 
 import torch
 
+import nvfp4 as _nv
+
 MODES = ("w4a16", "w4a4")
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -146,6 +148,7 @@ class MoE(torch.nn.Module):
         self.register_buffer("down_alpha", dn_alpha.to(gu.device))
         # The boundaries searched for each expert's end row.
         self.register_buffer("expert_ids", torch.arange(e, device=gu.device), persistent=False)
+        self._packed = {}  # (projection, activation dtype) -> packed weights (``pack``)
 
     def extra_repr(self):
         return (
@@ -153,9 +156,39 @@ class MoE(torch.nn.Module):
             f"intermediate_size={self.intermediate_size}, mode={self.mode!r}"
         )
 
-    def _gemm(self, x, sx, weight, scale, offsets, alpha, uniform, dtype):
+    def pack(self, dtype=torch.bfloat16):
+        """Packs both projections' expert weights (CUDA, W4A16) for ``dtype`` activations
+        (``nvfp4.pack``; see ``Linear.pack``): the same results, faster. Forward packs on its
+        first CUDA call outside graph capture and compilation; call this after loading to have
+        them packed before a capture. Returns whether they are packed."""
+        if self.mode != "w4a16" or not self.gate_up_weight.is_cuda:
+            return False
+        for name in ("gate_up", "down"):
+            p = self._packed.get((name, dtype))
+            if p is None or p.device != self.gate_up_weight.device:
+                w, s = getattr(self, name + "_weight"), getattr(self, name + "_weight_scale")
+                self._packed[(name, dtype)] = _nv.pack(w, s, dtype=dtype)
+        return True
+
+    def _packed_for(self, name, x):
+        """Projection ``name``'s packed weights for x's dtype, packed now when allowed (not while
+        a CUDA graph captures or torch.compile traces: packing allocates and launches)."""
+        if self.mode != "w4a16" or not x.is_cuda:
+            return None
+        p = self._packed.get((name, x.dtype))
+        if p is not None and p.device == x.device:
+            return p
+        if torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing():
+            return None
+        return self._packed[(name, x.dtype)] if self.pack(x.dtype) else None
+
+    def _gemm(self, name, x, sx, offsets, dtype):
+        weight, scale = getattr(self, name + "_weight"), getattr(self, name + "_weight_scale")
+        alpha, uniform = getattr(self, name + "_alpha"), getattr(self, "_" + name + "_uniform")
         a = alpha if uniform is None else uniform
-        return torch.ops.nvfp4.grouped_gemm_moe(x, sx, weight, scale, offsets, alpha=a, out_dtype=dtype, layout="plain")
+        return torch.ops.nvfp4.grouped_gemm_moe(
+            x, sx, weight, scale, offsets, alpha=a, out_dtype=dtype, layout="plain", packed=self._packed_for(name, x)
+        )
 
     def _activations(self, x):
         """The tokens as the gate/up GEMM reads them, one row per token: (x, None) in W4A16; in
@@ -172,19 +205,14 @@ class MoE(torch.nn.Module):
         at or past ``offsets[E-1]``. Every step is per row, so a row's result depends only on the
         row and its expert: what lets ``ExpertParallelMoE`` compute rows on other ranks and still
         give this layer's bits."""
-        gu = self._gemm(
-            xa, sa, self.gate_up_weight, self.gate_up_weight_scale, offsets, self.gate_up_alpha,
-            self._gate_up_uniform, dtype,
-        )
+        gu = self._gemm("gate_up", xa, sa, offsets, dtype)
         gate, up = gu.float().split(self.intermediate_size, dim=1)
         h = (torch.nn.functional.silu(gate) * up).to(dtype)
         if self.mode == "w4a16":
             ha, sh = h, None
         else:
             ha, sh, _ = torch.ops.nvfp4.quantize(h, self.down_input_scale)
-        return self._gemm(
-            ha, sh, self.down_weight, self.down_weight_scale, offsets, self.down_alpha, self._down_uniform, dtype
-        )
+        return self._gemm("down", ha, sh, offsets, dtype)
 
     def _slice(self, lo, hi):
         """A ``MoE`` holding experts ``lo .. hi-1`` of this one (copies, so that this one can be
@@ -203,6 +231,7 @@ class MoE(torch.nn.Module):
                      "gate_up_alpha", "down_alpha"):
             new.register_buffer(name, getattr(self, name)[lo:hi].clone())
         new.register_buffer("expert_ids", torch.arange(hi - lo, device=self.expert_ids.device), persistent=False)
+        new._packed = {}
         return new
 
     def forward(self, hidden_states, top_k_index, top_k_weights):

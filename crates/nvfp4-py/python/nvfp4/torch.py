@@ -10,8 +10,21 @@ per-expert alphas on the operands' device: three overloads, ``.default``, ``.lis
 ``.Tensor``), ``nvfp4::quantize``. The activation's scales are optional (``None``: a dense
 float16/bfloat16 activation, W4A16, whose dtype the result takes unless ``out_dtype`` is given):
 ``sfa`` of gemm, dual_gemm and grouped_gemm_moe, each group's of grouped_gemm, and the GEMV
-vector's ``sfb``.
+vector's ``sfb``. ``gemm`` and ``grouped_gemm_moe`` take the weight's packed form as ``packed=``
+(W4A16 on CUDA: ``nvfp4.pack``).
+
+Kernels: where torch has the stable C ABI (torch >= 2.10 on Linux), every operator but
+``grouped_gemm`` and ``grouped_gemm_moe.list`` runs on a native boxed kernel of the extension
+(``NATIVE_KERNELS`` names them; ``NVFP4_TORCH_NATIVE_KERNELS=0`` turns them off): an eager call
+goes from torch's dispatcher to the operation without a Python frame (about half the host time
+of the Python kernels). A refused call raises RuntimeError, torch's type for an operator's
+refusal, whose message starts with the operation's own type (``ValueError: gemm: ...``); the
+functions of ``nvfp4`` and the layers raise their own types.
 """
+
+import os
+import sys
+import warnings
 
 import torch
 
@@ -39,7 +52,10 @@ _lib.define(
 # alphas (.Tensor: read by the kernel, graph-safe) or a list of E floats (.list). The packet tries
 # the overloads in the order defined, so .Tensor comes first: a one-element tensor would also
 # parse as a float, through a host synchronization.
-_MOE = "grouped_gemm_moe{}(Tensor a, Tensor? sfa, Tensor b, Tensor sfb, Tensor offsets, {}, {}) -> Tensor"
+_MOE = (
+    "grouped_gemm_moe{}(Tensor a, Tensor? sfa, Tensor b, Tensor sfb, Tensor offsets, {}, {}, Tensor? packed=None) "
+    "-> Tensor"
+)
 _lib.define(_MOE.format(".Tensor", "Tensor alpha", _OUT))
 _lib.define(_MOE.format("", "float? alpha=None", _OUT))
 _lib.define(_MOE.format(".list", "float[] alpha", _OUT))
@@ -111,8 +127,10 @@ def _grouped(a, sfa, b, sfb, alpha=None, out_dtype=None, layout=None):
     return _nv.grouped_gemm(list(zip(a, sfa, b, sfb)), alpha=alpha, out_dtype=out_dtype, layout=layout)
 
 
-def _grouped_moe(a, sfa, b, sfb, offsets, alpha=None, out_dtype=None, layout=None):
-    return _nv.grouped_gemm((a, sfa, b, sfb), offsets=offsets, alpha=alpha, out_dtype=out_dtype, layout=layout)
+def _grouped_moe(a, sfa, b, sfb, offsets, alpha=None, out_dtype=None, layout=None, packed=None):
+    return _nv.grouped_gemm(
+        (a, sfa, b, sfb), offsets=offsets, alpha=alpha, out_dtype=out_dtype, layout=layout, packed=packed
+    )
 
 
 def _quantize(x, global_scale=None, layout="plain"):
@@ -126,6 +144,32 @@ def _quantize(x, global_scale=None, layout="plain"):
     return _nv.quantize(x, global_scale, layout)
 
 
+def _native_kernels():
+    """Registers the native boxed kernels (``_nvfp4.register_torch_kernels``: torch's stable C
+    ABI, libtorch >= 2.10 on Linux) for the CPU and CUDA keys of the operators they serve, and
+    returns those operators' names; () where they cannot be used (an older torch, another OS, or
+    ``NVFP4_TORCH_NATIVE_KERNELS=0``), and the Python kernels below serve every operator.
+
+    Why: an eager call through a Python kernel pays the dispatcher's trip back into Python, a
+    Python-level output allocation and the DLPack exchange (25.6 µs per ``torch.ops.nvfp4.gemm``
+    on an H100 host where torch's own one-kernel ``add_`` takes 10.6). The native kernels run the
+    same checked operations; their errors reach Python as RuntimeError (torch's type for an
+    operator's refusal) with the operation's message, its own type named first."""
+    if _nv._LEGACY_TORCH or os.environ.get("NVFP4_TORCH_NATIVE_KERNELS", "1") == "0":
+        return ()
+    if not sys.platform.startswith("linux") or tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 10):
+        return ()
+    lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+    cpu, cuda = os.path.join(lib, "libtorch_cpu.so"), os.path.join(lib, "libtorch_cuda.so")
+    try:
+        return tuple(_native.register_torch_kernels(cpu, cuda if os.path.exists(cuda) else None))
+    except Exception as e:  # a torch whose shim lacks a function: the Python kernels serve
+        warnings.warn(f"nvfp4: native torch kernels unavailable ({e}); using the Python kernels", stacklevel=2)
+        return ()
+
+
+NATIVE_KERNELS = _native_kernels()
+
 for _name, _fn in (
     ("gemm", _gemm),
     ("gemv", _gemv),
@@ -136,8 +180,9 @@ for _name, _fn in (
     ("grouped_gemm_moe.list", _grouped_moe),
     ("quantize", _quantize),
 ):
-    _lib.impl(_name, _fn, "CPU")
-    _lib.impl(_name, _fn, "CUDA")
+    if _name not in NATIVE_KERNELS:
+        _lib.impl(_name, _fn, "CPU")
+        _lib.impl(_name, _fn, "CUDA")
 
 
 _ops = torch.ops.nvfp4  # looked up once, not at every Linear call
@@ -167,7 +212,7 @@ def _grouped_fake(a, sfa, b, sfb, alpha=None, out_dtype=None, layout=None):
 @torch.library.register_fake("nvfp4::grouped_gemm_moe")
 @torch.library.register_fake("nvfp4::grouped_gemm_moe.Tensor")
 @torch.library.register_fake("nvfp4::grouped_gemm_moe.list")
-def _grouped_moe_fake(a, sfa, b, sfb, offsets, alpha=None, out_dtype=None, layout=None):
+def _grouped_moe_fake(a, sfa, b, sfb, offsets, alpha=None, out_dtype=None, layout=None, packed=None):
     return _out(a, b.shape[-2], out_dtype, _nv._dense(a, sfa))
 
 
@@ -332,6 +377,12 @@ class Linear(torch.nn.Module):
         return cls(w, s, g, input_scale=i, **kw)
 
     def forward(self, x):
+        if x.shape[-1] != self.in_features:
+            # Checked here, as a ValueError: the native operator kernels raise RuntimeError.
+            raise ValueError(
+                f"Linear: the input's last dimension is {x.shape[-1]}, the layer's in_features {self.in_features} "
+                "(reduction lengths differ)"
+            )
         flat = x.dim() == 2
         x2 = x if flat else x.reshape(-1, x.shape[-1])
         if not x2.is_contiguous():
