@@ -158,9 +158,10 @@ class MoE(torch.nn.Module):
 
     def pack(self, dtype=torch.bfloat16):
         """Packs both projections' expert weights (CUDA, W4A16) for ``dtype`` activations
-        (``nvfp4.pack``; see ``Linear.pack``): the same results, faster. Forward packs on its
-        first CUDA call outside graph capture and compilation; call this after loading to have
-        them packed before a capture. Returns whether they are packed."""
+        (``nvfp4.pack``; see ``Linear.pack``): the same results, faster; forward then reads the
+        packed form for activations of that dtype. Unlike ``Linear``, forward does not pack on
+        its own (the packed MoE layer is not yet checked on a GPU inside ExpertParallelMoE and
+        the transformers path). Returns whether they are packed."""
         if self.mode != "w4a16" or not self.gate_up_weight.is_cuda:
             return False
         for name in ("gate_up", "down"):
@@ -171,16 +172,11 @@ class MoE(torch.nn.Module):
         return True
 
     def _packed_for(self, name, x):
-        """Projection ``name``'s packed weights for x's dtype, packed now when allowed (not while
-        a CUDA graph captures or torch.compile traces: packing allocates and launches)."""
+        """Projection ``name``'s packed weights for x's dtype, where ``pack`` made them."""
         if self.mode != "w4a16" or not x.is_cuda:
             return None
         p = self._packed.get((name, x.dtype))
-        if p is not None and p.device == x.device:
-            return p
-        if torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing():
-            return None
-        return self._packed[(name, x.dtype)] if self.pack(x.dtype) else None
+        return p if p is not None and p.device == x.device else None
 
     def _gemm(self, name, x, sx, offsets, dtype):
         weight, scale = getattr(self, name + "_weight"), getattr(self, name + "_weight_scale")
