@@ -35,6 +35,7 @@ pub(crate) const ABI_2_10: u64 = (2 << 56) | (10 << 48);
 pub(crate) struct Shim {
     data_ptr: unsafe extern "C" fn(Ath, *mut *mut c_void) -> Err,
     is_defined: unsafe extern "C" fn(Ath, *mut bool) -> Err,
+    item_f32: unsafe extern "C" fn(Ath, *mut f32) -> Err,
     dim: unsafe extern "C" fn(Ath, *mut i64) -> Err,
     sizes: unsafe extern "C" fn(Ath, *mut *mut i64) -> Err,
     strides: unsafe extern "C" fn(Ath, *mut *mut i64) -> Err,
@@ -54,7 +55,7 @@ pub(crate) struct Shim {
     cuda_stream: Option<unsafe extern "C" fn(i32, *mut *mut c_void) -> Err>,
     library_init_impl: unsafe extern "C" fn(*const c_char, *const c_char, *const c_char, u32, *mut *mut c_void) -> Err,
     library_impl: unsafe extern "C" fn(*mut c_void, *const c_char, BoxedKernel, u64) -> Err,
-    /// Dtype codes, in `DTYPES`' order.
+    /// Dtype codes: `DTYPES`, then `OTHER_DTYPES`.
     dtypes: Vec<(i32, Dtype)>,
     cpu: i32,
     cuda: i32,
@@ -71,6 +72,20 @@ const DTYPES: [(&str, Dtype); 7] = [
     ("aoti_torch_dtype_float16", Dtype::F16),
     ("aoti_torch_dtype_bfloat16", Dtype::Bf16),
     ("aoti_torch_dtype_float32", Dtype::F32),
+];
+
+/// Element types the kernels do not take, named (as DLPack spells them) so that the operations
+/// refuse them with their own messages ("offsets: must be int32, got int64").
+const OTHER_DTYPES: [(&str, Dtype); 9] = [
+    ("aoti_torch_dtype_int64", Dtype::Other(0, 64, 1)),
+    ("aoti_torch_dtype_int16", Dtype::Other(0, 16, 1)),
+    ("aoti_torch_dtype_int8", Dtype::Other(0, 8, 1)),
+    ("aoti_torch_dtype_uint16", Dtype::Other(1, 16, 1)),
+    ("aoti_torch_dtype_uint32", Dtype::Other(1, 32, 1)),
+    ("aoti_torch_dtype_uint64", Dtype::Other(1, 64, 1)),
+    ("aoti_torch_dtype_float64", Dtype::Other(2, 64, 1)),
+    ("aoti_torch_dtype_bool", Dtype::Other(6, 8, 1)),
+    ("aoti_torch_dtype_float8_e5m2", Dtype::Other(12, 8, 1)),
 ];
 
 /// Finds the shim in the loaded libtorch (`cpu_lib`, and `cuda_lib` when torch has CUDA).
@@ -98,8 +113,9 @@ pub(crate) fn load(cpu_lib: &str, cuda_lib: Option<&str>) -> Result<&'static Shi
         let f: unsafe extern "C" fn() -> i32 = unsafe { get(cpu, name)? };
         Ok(unsafe { f() })
     };
+    let this = Box::leak(Box::new(Library::this()));
     let mut dtypes = Vec::new();
-    for (name, d) in DTYPES {
+    for (name, d) in DTYPES.into_iter().chain(OTHER_DTYPES) {
         // float4_e2m1fn_x2 has a code from torch 2.11; before, such a tensor is refused by name.
         if let Ok(c) = code(name) {
             dtypes.push((c, d));
@@ -109,6 +125,7 @@ pub(crate) fn load(cpu_lib: &str, cuda_lib: Option<&str>) -> Result<&'static Shi
         Shim {
             data_ptr: get(cpu, "aoti_torch_get_data_ptr")?,
             is_defined: get(cpu, "aoti_torch_is_defined")?,
+            item_f32: get(cpu, "aoti_torch_item_float32")?,
             dim: get(cpu, "aoti_torch_get_dim")?,
             sizes: get(cpu, "aoti_torch_get_sizes")?,
             strides: get(cpu, "aoti_torch_get_strides")?,
@@ -122,8 +139,9 @@ pub(crate) fn load(cpu_lib: &str, cuda_lib: Option<&str>) -> Result<&'static Shi
             string_c_str: get(cpu, "torch_string_c_str")?,
             delete_string: get(cpu, "torch_delete_string")?,
             check: get(cpu, "aoti_torch_check")?,
-            // Looked up through libtorch's handle: dlsym searches its dependencies (libstdc++).
-            cell_delete: get(cpu, "_ZdlPv")?,
+            // Where torch's `new` of the cell bound: the global scope (an LD_PRELOADed allocator
+            // included) when libstdc++ is there, else through libtorch's handle (its dependencies).
+            cell_delete: get(this, "_ZdlPv").or_else(|_| get(cpu, "_ZdlPv"))?,
             cuda_stream: match cuda {
                 Some(l) => Some(get(l, "aoti_torch_get_current_cuda_stream")?),
                 None => None,
@@ -203,7 +221,14 @@ impl Shim {
         // SAFETY: sizes and strides hold `len` values each; `h` an out-pointer to a local.
         let e =
             unsafe { (self.empty_strided)(sizes.len() as i64, sizes.as_ptr(), strides.as_ptr(), code, dt, di, &mut h) };
-        ok(e, "allocation")?;
+        if e != 0 {
+            // torch's C ABI reports only the failure; its reason (such as running out of
+            // memory) goes to torch's error log.
+            return Err(format!(
+                "RuntimeError: nvfp4: torch could not allocate the output {shape:?} on {device} (out of memory? \
+                 torch's log above has the reason)"
+            ));
+        }
         let h = Handle(h);
         if zeroed {
             // SAFETY: a live handle just made.
@@ -229,6 +254,22 @@ impl Handle {
     /// Hands the handle to torch (a return slot).
     pub(crate) fn release(mut self) -> StableIValue {
         std::mem::replace(&mut self.0, std::ptr::null_mut()) as StableIValue
+    }
+
+    /// Dimensions (0 for a scalar tensor).
+    pub(crate) fn dim(&self) -> Result<usize, String> {
+        let mut d = 0i64;
+        // SAFETY: a live handle; an out-pointer to a local.
+        ok(unsafe { (shim().dim)(self.0, &mut d) }, "dim")?;
+        Ok(d as usize)
+    }
+
+    /// The one value of a float32 tensor, read on the host (a synchronization on a GPU).
+    pub(crate) fn item_f32(&self) -> Result<f32, String> {
+        let mut v = 0f32;
+        // SAFETY: a live handle; an out-pointer to a local.
+        ok(unsafe { (shim().item_f32)(self.0, &mut v) }, "item")?;
+        Ok(v)
     }
 
     /// Whether it holds a tensor: torch passes None for a `Tensor` argument as an undefined one.
@@ -271,12 +312,11 @@ impl Handle {
         } else {
             return Err(format!("ValueError: {name}: tensors must be on the CPU or a CUDA device"));
         };
-        let dtype = s.dtypes.iter().find(|(c, _)| *c == code).map_or(Dtype::Other(255, 0, 0), |(_, d)| *d);
-        if dtype == Dtype::Other(255, 0, 0) {
+        let Some(dtype) = s.dtypes.iter().find(|(c, _)| *c == code).map(|(_, d)| *d) else {
             return Err(format!(
                 "DtypeError: {name}: a tensor of an element type nvfp4 does not take (torch dtype code {code})"
             ));
-        }
+        };
         if !sizes.contains(&0) {
             let mut want = 1i64;
             for (&d, &st) in sizes.iter().zip(strides).rev() {
@@ -314,8 +354,9 @@ pub(crate) mod take {
         Some(inner)
     }
 
+    /// An optional tensor; an undefined one (a C++ caller's None) is None.
     pub(crate) fn opt_tensor(v: StableIValue) -> Option<Handle> {
-        cell(v).map(tensor)
+        cell(v).map(tensor).filter(Handle::defined)
     }
 
     pub(crate) fn opt_f64(v: StableIValue) -> Option<f64> {

@@ -30,7 +30,8 @@ type Res<T> = Result<T, String>;
 
 /// A Python exception of the shared operation code as a message naming its type.
 fn msg(e: PyErr) -> String {
-    Python::attach(|py| {
+    // The error drops inside: with the GIL held.
+    Python::attach(move |py| {
         let ty = e.get_type(py).name().map(|n| n.to_string()).unwrap_or_else(|_| "Error".into());
         format!("{ty}: {}", e.value(py))
     })
@@ -40,7 +41,7 @@ fn msg(e: PyErr) -> String {
 /// outputs in the return slots, or raises its error once everything it held is dropped.
 fn boxed(
     stack: *mut StableIValue,
-    nargs: u64,
+    (nargs, returns): (u64, u64),
     want: usize,
     name: &str,
     f: impl FnOnce(&[StableIValue]) -> Res<Vec<Handle>>,
@@ -51,13 +52,14 @@ fn boxed(
         format!("nvfp4.{name}: {} arguments, the schema has {want}", args.len())
     } else {
         match catch_unwind(AssertUnwindSafe(|| f(&args))) {
-            Ok(Ok(outs)) => {
+            Ok(Ok(outs)) if outs.len() as u64 == returns => {
                 for (i, h) in outs.into_iter().enumerate() {
                     // SAFETY: slot i < the schema's returns, within the stack.
                     unsafe { *stack.add(i) = h.release() };
                 }
                 return;
             }
+            Ok(Ok(outs)) => format!("nvfp4.{name}: {} outputs, the schema has {returns}", outs.len()),
             Ok(Err(m)) => m,
             Err(_) => format!("nvfp4.{name}: internal error (a panic in the native kernel)"),
         }
@@ -171,8 +173,8 @@ fn lead(a: &Tensor, b: &Tensor) -> Vec<usize> {
 
 /// `gemm(Tensor a, Tensor? sfa, Tensor b, Tensor sfb, float? alpha, ScalarType? out_dtype,
 /// str? layout, Tensor? packed) -> Tensor`
-unsafe extern "C-unwind" fn gemm(stack: *mut StableIValue, nargs: u64, _returns: u64) {
-    boxed(stack, nargs, 8, "gemm", |s| {
+unsafe extern "C-unwind" fn gemm(stack: *mut StableIValue, nargs: u64, returns: u64) {
+    boxed(stack, (nargs, returns), 8, "gemm", |s| {
         let (a, sfa, b, sfb) = (take::tensor(s[0]), take::opt_tensor(s[1]), take::tensor(s[2]), take::tensor(s[3]));
         let (alpha, dt, layout) = (take::opt_f64(s[4]), take::opt_dtype(s[5]), take::opt_string(s[6]));
         let packed = take::opt_tensor(s[7]);
@@ -195,8 +197,8 @@ unsafe extern "C-unwind" fn gemm(stack: *mut StableIValue, nargs: u64, _returns:
 
 /// `gemv(Tensor a, Tensor sfa, Tensor b, Tensor? sfb, float? alpha, ScalarType? out_dtype,
 /// str? layout) -> Tensor`
-unsafe extern "C-unwind" fn gemv(stack: *mut StableIValue, nargs: u64, _returns: u64) {
-    boxed(stack, nargs, 7, "gemv", |s| {
+unsafe extern "C-unwind" fn gemv(stack: *mut StableIValue, nargs: u64, returns: u64) {
+    boxed(stack, (nargs, returns), 7, "gemv", |s| {
         let (a, sfa, b, sfb) = (take::tensor(s[0]), take::tensor(s[1]), take::tensor(s[2]), take::opt_tensor(s[3]));
         let (alpha, dt, layout) = (take::opt_f64(s[4]), take::opt_dtype(s[5]), take::opt_string(s[6]));
         let layout = layout_of(layout)?;
@@ -214,8 +216,8 @@ unsafe extern "C-unwind" fn gemv(stack: *mut StableIValue, nargs: u64, _returns:
 
 /// `dual_gemm(Tensor a, Tensor? sfa, Tensor b1, Tensor sfb1, Tensor b2, Tensor sfb2, float?
 /// alpha, ScalarType? out_dtype, str? layout) -> Tensor`
-unsafe extern "C-unwind" fn dual_gemm(stack: *mut StableIValue, nargs: u64, _returns: u64) {
-    boxed(stack, nargs, 9, "dual_gemm", |s| {
+unsafe extern "C-unwind" fn dual_gemm(stack: *mut StableIValue, nargs: u64, returns: u64) {
+    boxed(stack, (nargs, returns), 9, "dual_gemm", |s| {
         let (a, sfa) = (take::tensor(s[0]), take::opt_tensor(s[1]));
         let (b1, sfb1, b2, sfb2) = (take::tensor(s[2]), take::tensor(s[3]), take::tensor(s[4]), take::tensor(s[5]));
         let (alpha, dt, layout) = (take::opt_f64(s[6]), take::opt_dtype(s[7]), take::opt_string(s[8]));
@@ -253,6 +255,14 @@ fn moe(s: &[StableIValue], tensor_alpha: bool) -> Res<Vec<Handle>> {
     let alpha = match &alpha_t {
         // `.Tensor` is tried first: torch hands it a None alpha as an undefined tensor.
         Some(h) if !h.defined() => MoeAlphaArg::One(None),
+        // A 0-d tensor is one alpha for every expert, read on the host as the Python kernel did.
+        Some(h) if h.dim()? == 0 => {
+            let t = c.tensor(h, "alpha")?;
+            if t.dtype != Dtype::F32 {
+                return Err(format!("DtypeError: alpha: a one-value alpha tensor must be float32, got {}", t.dtype));
+            }
+            MoeAlphaArg::One(alpha_of(Some(f64::from(h.item_f32()?)))?)
+        }
         None => MoeAlphaArg::One(alpha_of(alpha_f)?),
         Some(h) => {
             let t = c.tensor(h, "alpha")?;
@@ -277,19 +287,19 @@ fn moe(s: &[StableIValue], tensor_alpha: bool) -> Res<Vec<Handle>> {
     Ok(vec![out])
 }
 
-unsafe extern "C-unwind" fn grouped_gemm_moe(stack: *mut StableIValue, nargs: u64, _returns: u64) {
-    boxed(stack, nargs, 9, "grouped_gemm_moe", |s| moe(s, false))
+unsafe extern "C-unwind" fn grouped_gemm_moe(stack: *mut StableIValue, nargs: u64, returns: u64) {
+    boxed(stack, (nargs, returns), 9, "grouped_gemm_moe", |s| moe(s, false))
 }
 
-unsafe extern "C-unwind" fn grouped_gemm_moe_tensor(stack: *mut StableIValue, nargs: u64, _returns: u64) {
-    boxed(stack, nargs, 9, "grouped_gemm_moe", |s| moe(s, true))
+unsafe extern "C-unwind" fn grouped_gemm_moe_tensor(stack: *mut StableIValue, nargs: u64, returns: u64) {
+    boxed(stack, (nargs, returns), 9, "grouped_gemm_moe", |s| moe(s, true))
 }
 
 /// `quantize(Tensor x, float? global_scale, str layout) -> (Tensor, Tensor, Tensor)`: values
 /// uint8 [.., K/2], scales float8_e4m3fn (plain [.., K/16]; blocked [L, ceil(rows/128),
 /// ceil(K/64), 512]), the global scale float32 [1].
-unsafe extern "C-unwind" fn quantize(stack: *mut StableIValue, nargs: u64, _returns: u64) {
-    boxed(stack, nargs, 3, "quantize", |s| {
+unsafe extern "C-unwind" fn quantize(stack: *mut StableIValue, nargs: u64, returns: u64) {
+    boxed(stack, (nargs, returns), 3, "quantize", |s| {
         let (x, global, layout) = (take::tensor(s[0]), take::opt_f64(s[1]), take::string(s[2]));
         let layout = parse_layout(Some(&layout?)).map_err(msg)?.unwrap_or(nvfp4::ScaleLayout::Plain);
         let mut c = Ctx::default();

@@ -176,6 +176,13 @@ def test_torch_op_takes_a_float_a_list_or_a_tensor(rng):
         assert torch.equal(op.view(torch.int16), one.view(torch.int16)), alpha
     with pytest.raises(op_error("grouped_gemm_moe.Tensor", ValueError), match="5 alphas for E = 6 experts"):
         torch.ops.nvfp4.grouped_gemm_moe(x, None, w, sw, offs, tensor[:5])
+    # A 0-d tensor is one alpha for every expert (read on the host), on both kernel sets.
+    one = torch.ops.nvfp4.grouped_gemm_moe(x, None, w, sw, offs, torch.tensor(0.5))
+    want = nvfp4.grouped_gemm((x, None, w, sw), offsets=offs, alpha=0.5)
+    assert torch.equal(one.view(torch.int16), want.view(torch.int16))
+    # An element type the operation does not take is refused by the operation's own rule.
+    with pytest.raises(op_error("grouped_gemm_moe", TypeError), match="offsets: must be int32, got int64"):
+        torch.ops.nvfp4.grouped_gemm_moe(x, None, w, sw, offs.long(), 0.5)
 
 
 def test_torch_one_expert_tensor_is_the_tensor_overload(rng, monkeypatch):

@@ -159,17 +159,27 @@ class MoE(torch.nn.Module):
     def pack(self, dtype=torch.bfloat16):
         """Packs both projections' expert weights (CUDA, W4A16) for ``dtype`` activations
         (``nvfp4.pack``; see ``Linear.pack``): the same results, faster; forward then reads the
-        packed form for activations of that dtype. Unlike ``Linear``, forward does not pack on
+        packed form for activations of that dtype. Moving the layer or loading a state dict drops
+        the packed forms; after writing the weights in place, call this again (it always packs
+        the weights as they are now). Unlike ``Linear``, forward does not pack on
         its own (the packed MoE layer is not yet checked on a GPU inside ExpertParallelMoE and
         the transformers path). Returns whether they are packed."""
         if self.mode != "w4a16" or not self.gate_up_weight.is_cuda:
             return False
         for name in ("gate_up", "down"):
-            p = self._packed.get((name, dtype))
-            if p is None or p.device != self.gate_up_weight.device:
-                w, s = getattr(self, name + "_weight"), getattr(self, name + "_weight_scale")
-                self._packed[(name, dtype)] = _nv.pack(w, s, dtype=dtype)
+            w, s = getattr(self, name + "_weight"), getattr(self, name + "_weight_scale")
+            self._packed[(name, dtype)] = _nv.pack(w, s, dtype=dtype)
         return True
+
+    def _apply(self, fn, *args, **kwargs):
+        # A move or cast makes new weights: their packed forms are made again when needed.
+        self._packed = {}
+        return super()._apply(fn, *args, **kwargs)
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        # New weights: the packed forms of the old ones must not serve them.
+        self._packed = {}
+        return super()._load_from_state_dict(*args, **kwargs)
 
     def _packed_for(self, name, x):
         """Projection ``name``'s packed weights for x's dtype, where ``pack`` made them."""

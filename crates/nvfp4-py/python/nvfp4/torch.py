@@ -19,7 +19,8 @@ Kernels: where torch has the stable C ABI (torch >= 2.10 on Linux), every operat
 goes from torch's dispatcher to the operation without a Python frame (about half the host time
 of the Python kernels). A refused call raises RuntimeError, torch's type for an operator's
 refusal, whose message starts with the operation's own type (``ValueError: gemm: ...``); the
-functions of ``nvfp4`` and the layers raise their own types.
+functions of ``nvfp4`` raise their own types, and so do `Linear` and `MoE` for what they check
+themselves (input dtype and width); what only the operation refuses reaches them as RuntimeError.
 """
 
 import os
@@ -319,14 +320,24 @@ class Linear(torch.nn.Module):
         GEMM kernels then read each thread's tensor-core fragment in one load (same results,
         faster; 1.125x the values' bytes beside the weight, which one-row and odd-K calls still
         read). Forward packs on its first CUDA call outside graph capture and compilation; call
-        this after loading to have it packed before a capture."""
+        this after loading to have it packed before a capture. Moving the layer or loading a
+        state dict drops the packed form; after writing the weight in place, call this again (it
+        always packs the weight as it is now)."""
         if self.mode != "w4a16" or not self.weight.is_cuda:
             return None
-        p = self._packed.get(dtype)
-        if p is None or p.device != self.weight.device:
-            p = _nv.pack(self.weight, self.weight_scale, dtype=dtype)
-            self._packed[dtype] = p
+        p = _nv.pack(self.weight, self.weight_scale, dtype=dtype)
+        self._packed[dtype] = p
         return p
+
+    def _apply(self, fn, *args, **kwargs):
+        # A move or cast makes new weights: their packed forms are made again when needed.
+        self._packed = {}
+        return super()._apply(fn, *args, **kwargs)
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        # New weights: the packed forms of the old ones must not serve them.
+        self._packed = {}
+        return super()._load_from_state_dict(*args, **kwargs)
 
     def _packed_for(self, x):
         """The packed weight for x's dtype: packed now when allowed (not while a CUDA graph
