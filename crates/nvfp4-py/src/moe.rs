@@ -68,32 +68,8 @@ pub(crate) fn moe_on(
     packed: &Option<Packed>,
     alpha: &MoeAlphaArg,
 ) -> PyResult<()> {
-    let am = act::meta(a);
-    if am.l() != 1 {
-        let (shape, want) = match a {
-            Act::Nvfp4(o) => (&o.values.shape, "[T, K/2] or [1, T, K/2]"),
-            Act::Dense(d) => (&d.tensor.shape, "[T, K] or [1, T, K]"),
-        };
-        return Err(value(format!("moe gemm: a must be {want} (the tokens, sorted by expert), got shape {shape:?}")));
-    }
-    if b.flat {
-        return Err(value(format!(
-            "moe gemm: b must be [E, N, K/2] (one weight per expert), got shape {:?}",
-            b.values.shape
-        )));
-    }
-    let (t, n, e) = (am.rows(), b.meta.rows, b.meta.l);
-    if offsets.dtype != Dtype::I32 {
-        return Err(dtype(format!("offsets: must be int32, got {}", offsets.dtype)));
-    }
-    if offsets.shape != [e] {
-        return Err(value(format!(
-            "offsets: must be [E] = [{e}] (the end row of each expert's tokens, cumulative), got shape {:?}",
-            offsets.shape
-        )));
-    }
-    validate(Op::MoeGemm { a: am, b: b.meta, offsets: e, alpha: alpha.meta(), c: None })?;
-    let shape = [1, t, n];
+    let shape = moe_rules(a, b, offsets, alpha)?;
+    let (n, e) = (shape[2], b.meta.l);
     check_out(out, shape, act::flat(a))?;
     match device {
         Device::Cpu => {
@@ -137,4 +113,35 @@ pub(crate) fn moe_on(
             })
         }
     }
+}
+
+/// The MoE form's rules on its operands (the output aside): the output's shape [1, T, N].
+/// Callers that allocate the output (the torch kernels) check them first.
+pub(crate) fn moe_rules(a: &Activation, b: &Operand, offsets: &Tensor, alpha: &MoeAlphaArg) -> PyResult<[usize; 3]> {
+    let am = act::meta(a);
+    if am.l() != 1 {
+        let (shape, want) = match a {
+            Act::Nvfp4(o) => (&o.values.shape, "[T, K/2] or [1, T, K/2]"),
+            Act::Dense(d) => (&d.tensor.shape, "[T, K] or [1, T, K]"),
+        };
+        return Err(value(format!("moe gemm: a must be {want} (the tokens, sorted by expert), got shape {shape:?}")));
+    }
+    if b.flat {
+        return Err(value(format!(
+            "moe gemm: b must be [E, N, K/2] (one weight per expert), got shape {:?}",
+            b.values.shape
+        )));
+    }
+    let (t, n, e) = (am.rows(), b.meta.rows, b.meta.l);
+    if offsets.dtype != Dtype::I32 {
+        return Err(dtype(format!("offsets: must be int32, got {}", offsets.dtype)));
+    }
+    if offsets.shape != [e] {
+        return Err(value(format!(
+            "offsets: must be [E] = [{e}] (the end row of each expert's tokens, cumulative), got shape {:?}",
+            offsets.shape
+        )));
+    }
+    validate(Op::MoeGemm { a: am, b: b.meta, offsets: e, alpha: alpha.meta(), c: None })?;
+    Ok([1, t, n])
 }

@@ -17,7 +17,7 @@ use pyo3::prelude::*;
 
 use crate::act::{Activation, Dense};
 use crate::gil::NoGil;
-use crate::moe::moe_on;
+use crate::moe::{moe_on, moe_rules};
 use crate::moe_alpha::MoeAlphaArg;
 use crate::operand::{parse_layout, Operand};
 use crate::ops::{check_alpha, dual_gemm_on, gemm_on, gemv_on};
@@ -279,6 +279,8 @@ fn moe(s: &[StableIValue], tensor_alpha: bool) -> Res<Vec<Handle>> {
             MoeAlphaArg::Tensor(t)
         }
     };
+    // The rules first: a refused call allocates and zeroes nothing.
+    moe_rules(&a, &b, &offsets, &alpha).map_err(msg)?;
     let at = act_tensor(&a);
     let mut shape = at.shape[..at.shape.len().saturating_sub(1)].to_vec();
     shape.push(if b.values.shape.len() == 3 { b.values.shape[1] } else { b.meta.rows });
