@@ -231,6 +231,18 @@ def test_linear_rejects_what_it_cannot_compute():
         layer(torch.zeros(3, 128, dtype=torch.bfloat16))
 
 
+def test_packed_forms_never_serve_other_weights():
+    # A packed form is made from the weights as they were: a move, a cast or a state-dict load
+    # drops it (Linear and MoE share PackedForms). A stand-in entry, as no GPU packs here.
+    rng = np.random.default_rng(31)
+    wv, ws, wg, inp, _ = layer_data(rng)
+    layer = nvt.Linear.from_state_dict(modelopt(wv, ws, wg, inp))
+    for change in (lambda: layer.to("cpu"), lambda: layer.load_state_dict(layer.state_dict())):
+        layer._packed[torch.bfloat16] = torch.zeros(1, dtype=torch.uint8)
+        change()
+        assert layer._packed == {}
+
+
 def test_linear_under_torch_compile():
     rng = np.random.default_rng(28)
     wv, ws, wg, inp, bias = layer_data(rng)

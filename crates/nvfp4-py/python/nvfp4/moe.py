@@ -36,6 +36,7 @@ float.
 import torch
 
 import nvfp4 as _nv
+from nvfp4.packed_forms import PackedForms
 
 MODES = ("w4a16", "w4a4")
 _HALF = (torch.float16, torch.bfloat16)
@@ -71,7 +72,7 @@ def _plain_scales(weight, scale, name):
     return weight.view(torch.uint8).contiguous(), scale.view(torch.uint8).contiguous()
 
 
-class MoE(torch.nn.Module):
+class MoE(PackedForms):
     """Routed SwiGLU experts with NVFP4 weights: ``forward(hidden_states, top_k_index,
     top_k_weights)`` -> the weighted sum over each token's k experts of
     ``down_e(silu(gate_e(x)) * up_e(x))``, in token order (the call of transformers' fused experts
@@ -148,7 +149,7 @@ class MoE(torch.nn.Module):
         self.register_buffer("down_alpha", dn_alpha.to(gu.device))
         # The boundaries searched for each expert's end row.
         self.register_buffer("expert_ids", torch.arange(e, device=gu.device), persistent=False)
-        self._packed = {}  # (projection, activation dtype) -> packed weights (``pack``)
+        # self._packed (PackedForms): (projection, activation dtype) -> packed weights (``pack``)
 
     def extra_repr(self):
         return (
@@ -170,16 +171,6 @@ class MoE(torch.nn.Module):
             w, s = getattr(self, name + "_weight"), getattr(self, name + "_weight_scale")
             self._packed[(name, dtype)] = _nv.pack(w, s, dtype=dtype)
         return True
-
-    def _apply(self, fn, *args, **kwargs):
-        # A move or cast makes new weights: their packed forms are made again when needed.
-        self._packed = {}
-        return super()._apply(fn, *args, **kwargs)
-
-    def _load_from_state_dict(self, *args, **kwargs):
-        # New weights: the packed forms of the old ones must not serve them.
-        self._packed = {}
-        return super()._load_from_state_dict(*args, **kwargs)
 
     def _packed_for(self, name, x):
         """Projection ``name``'s packed weights for x's dtype, where ``pack`` made them."""
@@ -228,7 +219,7 @@ class MoE(torch.nn.Module):
         if not 0 <= lo < hi <= self.num_experts:
             raise ValueError(f"experts {lo}..{hi - 1} are not within the layer's {self.num_experts}")
         new = MoE.__new__(MoE)
-        torch.nn.Module.__init__(new)
+        PackedForms.__init__(new)
         new.num_experts, new.hidden_size, new.intermediate_size = hi - lo, self.hidden_size, self.intermediate_size
         new.mode, new.out_dtype = self.mode, self.out_dtype
         new.gate_up_input_scale, new.down_input_scale = self.gate_up_input_scale, self.down_input_scale
@@ -237,7 +228,6 @@ class MoE(torch.nn.Module):
                      "gate_up_alpha", "down_alpha"):
             new.register_buffer(name, getattr(self, name)[lo:hi].clone())
         new.register_buffer("expert_ids", torch.arange(hi - lo, device=self.expert_ids.device), persistent=False)
-        new._packed = {}
         return new
 
     def forward(self, hidden_states, top_k_index, top_k_weights):

@@ -30,6 +30,7 @@ import warnings
 import torch
 
 import nvfp4 as _nv
+from nvfp4.packed_forms import PackedForms
 
 _lib = torch.library.Library("nvfp4", "DEF")
 # out_dtype: float16 (None) or bfloat16, rounded once; layout: the scales' layout where their shape
@@ -264,7 +265,7 @@ def _unblock(blocked, values_shape):
 MODES = ("w4a16", "w4a4")
 
 
-class Linear(torch.nn.Module):
+class Linear(PackedForms):
     """y = x @ W^T (+ bias) with an NVFP4 weight W [N, K] (values, E4M3 scales and the global
     scale ``weight_global``), in one of two modes:
 
@@ -313,7 +314,7 @@ class Linear(torch.nn.Module):
         self.input_scale = None if input_scale is None else float(input_scale)
         self.bias = None if bias is None else torch.nn.Parameter(bias, requires_grad=False)
         self.out_dtype = out_dtype
-        self._packed = {}  # activation dtype -> the weight's packed form (W4A16 on CUDA)
+        # self._packed (PackedForms): activation dtype -> the weight's packed form (W4A16 on CUDA)
 
     def pack(self, dtype=torch.bfloat16):
         """Packs the weight (CUDA) for W4A16 with ``dtype`` activations (``nvfp4.pack``): the
@@ -328,16 +329,6 @@ class Linear(torch.nn.Module):
         p = _nv.pack(self.weight, self.weight_scale, dtype=dtype)
         self._packed[dtype] = p
         return p
-
-    def _apply(self, fn, *args, **kwargs):
-        # A move or cast makes new weights: their packed forms are made again when needed.
-        self._packed = {}
-        return super()._apply(fn, *args, **kwargs)
-
-    def _load_from_state_dict(self, *args, **kwargs):
-        # New weights: the packed forms of the old ones must not serve them.
-        self._packed = {}
-        return super()._load_from_state_dict(*args, **kwargs)
 
     def _packed_for(self, x):
         """The packed weight for x's dtype: packed now when allowed (not while a CUDA graph
