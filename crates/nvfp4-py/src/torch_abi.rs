@@ -196,6 +196,11 @@ impl Shim {
         unreachable!("aoti_torch_check(false) returned")
     }
 
+    /// The shim's dtype code of `dtype`.
+    fn code_of(&self, dtype: Dtype) -> Option<i32> {
+        self.dtypes.iter().find(|(_, d)| *d == dtype).map(|(c, _)| *c)
+    }
+
     /// The current CUDA stream of device `index`, as torch has it.
     pub(crate) fn current_stream(&self, index: usize) -> Result<u64, String> {
         let f = self.cuda_stream.ok_or("nvfp4: this torch has no CUDA")?;
@@ -207,7 +212,7 @@ impl Shim {
 
     /// A new dense tensor of `shape`, element type `dtype`, on `device`; zeroed when `zeroed`.
     pub(crate) fn empty(&self, shape: &[usize], dtype: Dtype, device: Device, zeroed: bool) -> Result<Handle, String> {
-        let code = self.dtypes.iter().find(|(_, d)| *d == dtype).map(|(c, _)| *c).ok_or("nvfp4: no dtype code")?;
+        let code = self.code_of(dtype).ok_or("nvfp4: no dtype code")?;
         let sizes: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
         let mut strides = vec![1i64; sizes.len()];
         for i in (0..sizes.len().saturating_sub(1)).rev() {
@@ -389,7 +394,7 @@ pub(crate) mod take {
 
 /// The shim's dtype code of `dtype`, to compare with an `out_dtype` argument.
 pub(crate) fn dtype_code(dtype: Dtype) -> Option<i32> {
-    shim().dtypes.iter().find(|(_, d)| *d == dtype).map(|(c, _)| *c)
+    shim().code_of(dtype)
 }
 
 /// The name torch gives a dtype code (for messages), when it is one of ours.
