@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use nvfp4::backend::cuda::{kernel_reports_of, KernelReport, DEFAULT_ARCH};
+use nvfp4::backend::cuda::{fill_cache, kernel_reports_of, KernelReport, DEFAULT_ARCH};
 use nvfp4::Error;
 
 use crate::console::{errln, out, outln};
@@ -27,6 +27,12 @@ pub struct Args {
     /// Only the kernel files whose name contains this text (e.g. `w4a16bf16`).
     #[arg(long, value_name = "TEXT", default_value = "")]
     only: String,
+    /// Instead of the report: compile each kernel file as a launch does and store it in the CUBIN
+    /// cache (`$NVFP4_CACHE_DIR`, else `$XDG_CACHE_HOME/nvfp4`, else `~/.cache/nvfp4`), so that
+    /// the first calls on a GPU machine with the same NVRTC version skip compiling. Uses every
+    /// core.
+    #[arg(long)]
+    fill_cache: bool,
 }
 
 fn table(reports: &[KernelReport]) -> String {
@@ -52,6 +58,18 @@ fn table(reports: &[KernelReport]) -> String {
 }
 
 pub fn main(args: Args) -> Outcome {
+    if args.fill_cache {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let filled = fill_cache(&args.arch, &args.only, threads)?;
+        let fresh = filled.iter().filter(|(_, f)| *f).count();
+        outln!(
+            "CUBIN cache for {}: {} kernel files, {fresh} compiled now, {} already there",
+            args.arch,
+            filled.len(),
+            filled.len() - fresh
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     // Each CUBIN is written to a temporary file and renamed into place: whole or not at all.
     let reports = kernel_reports_of(&args.arch, args.cubin_dir.as_deref(), &args.only)?;
     let spilling: Vec<&KernelReport> = reports.iter().filter(|r| r.spills()).collect();

@@ -155,13 +155,18 @@ fn compile_sources(src: &Sources, arch: &str, verbose: bool) -> Result<(Vec<u8>,
     Ok((out.cubin, out.log))
 }
 
+/// Where `module`'s CUBIN for `arch` is cached (`None`: no cache folder), with its sources.
+fn cache_entry(module: &KernelModule, arch: &str) -> Result<(Sources, Option<PathBuf>)> {
+    let src = Sources::of(module)?;
+    let key = cache_key(&src, arch, &options(arch, false), nvrtc_version()?);
+    let path = cache_dir().map(|d| d.join(format!("{}-{key}.cubin", module.file.trim_end_matches(".cu"))));
+    Ok((src, path))
+}
+
 /// Loads `module` for this GPU from the disk cache, compiling (and caching) it on a miss.
 pub(crate) fn load(gpu: &Gpu, module: &KernelModule) -> Result<Arc<CudaModule>> {
     let arch = arch_for(gpu.info().compute_capability)?;
-    let opts = options(&arch, false);
-    let src = Sources::of(module)?;
-    let key = cache_key(&src, &arch, &opts, nvrtc_version()?);
-    let path = cache_dir().map(|d| d.join(format!("{}-{key}.cubin", module.file.trim_end_matches(".cu"))));
+    let (src, path) = cache_entry(module, &arch)?;
     if let Some(cubin) = path.as_deref().and_then(read_cached) {
         if let Ok(m) = gpu.load_module(&cubin) {
             return Ok(m);
@@ -176,6 +181,53 @@ pub(crate) fn load(gpu: &Gpu, module: &KernelModule) -> Result<Arc<CudaModule>> 
         let _ = write_cached(p, &cubin);
     }
     Ok(loaded)
+}
+
+/// Fills the CUBIN cache ([`cache_dir`]) for `arch` with every module whose file name contains
+/// `only`, compiled as a launch compiles it, on up to `threads` threads; no GPU needed. A first
+/// launch on a machine with the same NVRTC version (and the same cache folder) then loads its
+/// CUBIN instead of compiling. Entries already valid are kept. Returns (module file, whether it
+/// was compiled now) per module.
+pub fn fill_cache(arch: &str, only: &str, threads: usize) -> Result<Vec<(&'static str, bool)>> {
+    let Some(dir) = cache_dir() else {
+        return Err(Error::Invalid("no CUBIN cache folder: set NVFP4_CACHE_DIR (or XDG_CACHE_HOME or HOME)".into()));
+    };
+    let modules: Vec<&KernelModule> = MODULES.iter().copied().filter(|m| m.file.contains(only)).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let fill = |m: &KernelModule| -> Result<bool> {
+        let (src, path) = cache_entry(m, arch)?;
+        let path = path.unwrap_or_else(|| dir.join(m.file));
+        if read_cached(&path).is_some() {
+            return Ok(false);
+        }
+        let (cubin, _log) = compile_sources(&src, arch, false)?;
+        write_cached(&path, &cubin).map_err(|source| Error::Io { path, source })?;
+        Ok(true)
+    };
+    let results: Vec<Result<(usize, bool)>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads.clamp(1, modules.len().max(1)))
+            .map(|_| {
+                s.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(m) = modules.get(i) else { return done };
+                        done.push(fill(m).map(|fresh| (i, fresh)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|_| vec![Err(Error::Invalid("a compile thread panicked".into()))]))
+            .collect()
+    });
+    let mut out = vec![None; modules.len()];
+    for r in results {
+        let (i, fresh) = r?;
+        out[i] = Some((modules[i].file, fresh));
+    }
+    Ok(out.into_iter().flatten().collect())
 }
 
 /// Resources of one compiled kernel, from ptxas's verbose report.

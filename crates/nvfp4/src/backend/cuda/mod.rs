@@ -57,7 +57,7 @@ pub mod small;
 use std::sync::OnceLock;
 
 pub use backend::CudaBackend;
-pub use compile::{kernel_reports, kernel_reports_of, kernel_reports_to, KernelReport, DEFAULT_ARCH};
+pub use compile::{fill_cache, kernel_reports, kernel_reports_of, kernel_reports_to, KernelReport, DEFAULT_ARCH};
 pub use device::{
     DeviceF16, DeviceNvfp4, DeviceOp, F16View, F32View, GemmViews, I32View, Nvfp4Meta, Nvfp4View, Value, ValuesView,
     Workspace, WorkspaceNeeds,
