@@ -15,6 +15,7 @@ Rows:
                          is per torch.ops call, as for every torch.ops row)
   torch.ops.nvfp4.gemm W4A16 [packed]   the same with a bf16 activation (the weight as it is,
                          then its packed form)
+  torch.ops.nvfp4.gemm.default W4A16    the same through the overload (no overload resolution)
   torch.ops.nvfp4.quantize   the activation quantizer (W4A4's first call)
   torch.ops.nvfp4.grouped_gemm_moe W4A16   the MoE form, two experts, one float alpha
   native gemm(out=)      nvfp4._nvfp4.gemm alone: the Rust binding without the Python wrapper
@@ -22,6 +23,7 @@ Rows:
   torch.ops.aten.empty   a torch.ops call of torch's own that allocates its output and launches
                          nothing: the floor under an operator call returning a new tensor
   torch add_ (1 kernel)  a one-kernel torch op on a small tensor: torch's own eager call, for scale
+  torch.ops.aten.add_.Scalar   the same one kernel through a torch.ops call (no allocation)
   no launch: ...         the two gemm(out=) rows and the two torch.ops.nvfp4.gemm rows again in
                          a child process with
                          NVFP4_PY_NO_LAUNCH=1 (the binding skips the driver's kernel launches):
@@ -106,6 +108,7 @@ def main():
     cases.update({
         "torch.ops.nvfp4.gemm": lambda: torch.ops.nvfp4.gemm(a, sa, b, sb, None),
         "torch.ops.nvfp4.gemm W4A16": lambda: torch.ops.nvfp4.gemm(xa, None, b, sb, None),
+        "torch.ops.nvfp4.gemm.default W4A16": lambda: torch.ops.nvfp4.gemm.default(xa, None, b, sb, None),
     })
     if not child:
         cases.update({
@@ -118,6 +121,7 @@ def main():
             "torch.ops.aten.empty (torch.ops call + allocation)": lambda: torch.ops.aten.empty.memory_format(
                 [m, n], dtype=torch.float16, device=out.device),
             "torch add_ (1 kernel)": lambda: x.add_(1),
+            "torch.ops.aten.add_.Scalar (torch.ops call + 1 kernel)": lambda: torch.ops.aten.add_.Scalar(x, 1),
         })
     for fn in cases.values():
         fn()
