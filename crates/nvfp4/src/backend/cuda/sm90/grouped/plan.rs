@@ -105,6 +105,23 @@ pub fn grouped_rejects_for(shape: &GroupedShape, x: XKind, forced: Option<Forced
 // groups N=4096 K=1536.
 const CHOSEN: [Variant; 2] = [Variant { bm: 256, bn: 128 }, Variant { bm: 128, bn: 128 }];
 
+/// The MoE form at decode sizes: (most routed rows per expert on average, the variant). A token
+/// tile far wider than an expert's rows multiplies zeros: 64 rows over 8 experts on m256n128
+/// cost as much MMA work as 1024 would. Measured (H200, the peer bench's graph protocol,
+/// session 13 run 1, µs for m256n16 / n32 / n64 / the m256n128 of `CHOSEN`): Mixtral-8x7B
+/// gate/up, 64 rows over 8 experts, W4A16 200.9 / 217.4 / 255.9 / 408.5; Qwen3-30B-A3B gate/up,
+/// 256 rows over 128 experts, 91.6 / 99.4 / 117.3; DeepSeek-V3 gate/up, 38 rows over 32 experts,
+/// 165.2 / 176.6 / 207.0 (n16 the fastest on all six decode cases, both modes, at 0.9 to 8 rows
+/// per expert). Wider tiles as the rows grow, as the dense plan picks n32 and n64 at M = 32
+/// and 64 (not measured on the MoE form between 8 and 32 rows per expert).
+const MOE_DECODE: [(usize, Variant); 3] =
+    [(8, Variant { bm: 256, bn: 16 }), (16, Variant { bm: 256, bn: 32 }), (32, Variant { bm: 256, bn: 64 })];
+
+/// The decode variant of a MoE launch of `t` routed rows over `e` experts, if any.
+fn moe_decode_variant(t: usize, e: usize) -> Option<Variant> {
+    MOE_DECODE.iter().find(|(rows, _)| t <= rows * e.max(1)).map(|&(_, v)| v)
+}
+
 /// The plan of a grouped launch on `sms` SMs (the variant forced by `NVFP4_GROUPED_SM90`, if any).
 pub fn grouped_plan(shape: &GroupedShape, sms: usize, forced: Option<Forced>) -> GroupedPlan {
     grouped_plan_for(shape, XKind::Nvfp4, sms, forced)
@@ -112,8 +129,9 @@ pub fn grouped_plan(shape: &GroupedShape, sms: usize, forced: Option<Forced>) ->
 
 /// [`grouped_plan`] for X of kind `x`.
 pub fn grouped_plan_for(shape: &GroupedShape, x: XKind, sms: usize, forced: Option<Forced>) -> GroupedPlan {
-    let only = match forced {
-        Some(Forced::Config(v, _, _)) => Some(v),
+    let only = match (forced, shape) {
+        (Some(Forced::Config(v, _, _)), _) => Some(v),
+        (_, GroupedShape::Moe { t, e, .. }) => moe_decode_variant(*t, *e),
         _ => None,
     };
     // A list group's larger operand is W, as in a GEMM (with a 16-bit activation A, W is always
@@ -327,6 +345,32 @@ mod tests {
         assert_eq!(picks, [big, big, small, small]);
         let forced = Some(Forced::Config(Variant { bm: 256, bn: 16 }, None, None));
         assert_eq!(grouped_plan(&bench_lists()[0], 132, forced).variant, Variant { bm: 256, bn: 16 });
+    }
+
+    /// The MoE form picks a token tile by the routed rows per expert: n16 up to 8 on average
+    /// (every SPEC decode case), then n32, n64, then the prefill rule.
+    #[test]
+    fn moe_decode_tiles() {
+        let moe = |t, e| grouped_plan(&GroupedShape::Moe { t, n: 4096, k: 7168, e }, 132, None).variant;
+        let v = |bm, bn| Variant { bm, bn };
+        for (t, e) in [(64, 8), (256, 128), (38, 32), (30, 32), (1, 3), (512, 128), (0, 8)] {
+            assert_eq!(moe(t, e), v(256, 16), "{t} rows over {e}");
+        }
+        assert_eq!(moe(65, 8), v(256, 32));
+        assert_eq!(moe(256, 8), v(256, 64));
+        assert_eq!(moe(8192, 8), v(256, 128));
+        assert_eq!(moe(16384, 128), v(256, 128));
+        let x = XKind::Dense(crate::format::OutputDtype::Bf16);
+        assert_eq!(
+            grouped_plan_for(&GroupedShape::Moe { t: 256, n: 1536, k: 2048, e: 128 }, x, 132, None).variant,
+            v(256, 16)
+        );
+        // A forced variant still wins.
+        let forced = Some(Forced::Config(v(128, 128), None, None));
+        assert_eq!(
+            grouped_plan(&GroupedShape::Moe { t: 64, n: 4096, k: 7168, e: 8 }, 132, forced).variant,
+            v(128, 128)
+        );
     }
 
     #[test]
