@@ -82,22 +82,29 @@ def test_torch_ops_take_the_packed_form(g, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_moe_layer_packs_its_experts(g, dtype):
-    """``nvfp4.torch.MoE.pack`` (W4A16, CUDA) packs both projections; forward then gives the
-    bits of the same layer unpacked; a CUDA graph of the packed layer replays them."""
+    """``nvfp4.torch.MoE`` (W4A16, CUDA) packs both projections, when asked (``pack``) or on its
+    first forward; either gives the bits of the same layer kept unpacked; a CUDA graph of the
+    packed layer replays them."""
     import nvfp4.torch as nvt
 
     e, h, i, t, k = 4, 256, 128, 24, 2
     gu, sgu, _ = weights(g, e, 2 * i, h, "plain")
     dn, sdn, _ = weights(g, e, h, i, "plain")
     make = lambda: nvt.MoE(gu, sgu, [0.5, 1.0, 2.0, 0.25], dn, sdn, 0.75)  # noqa: E731
-    packed, plain = make(), make()
+    packed, auto, plain = make(), make(), make()
+    plain._packed_for = lambda name, x: None  # this one never packs
     assert packed.pack(dtype)
     x = exact(g, (t, h), dtype)
     ids = torch.randint(0, e, (t, k), generator=g).to(DEV)
     wts = torch.rand((t, k), generator=g).to(dtype).to(DEV)
     want = plain(x, ids, wts)
+    assert not plain._packed
     got = packed(x, ids, wts)
     assert {("gate_up", dtype), ("down", dtype)} <= set(packed._packed)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    assert not auto._packed
+    got = auto(x, ids, wts)
+    assert {("gate_up", dtype), ("down", dtype)} <= set(auto._packed)
     assert torch.equal(got.view(torch.int16), want.view(torch.int16))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

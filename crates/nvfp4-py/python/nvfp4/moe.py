@@ -161,10 +161,9 @@ class MoE(PackedForms):
         """Packs both projections' expert weights (CUDA, W4A16) for ``dtype`` activations
         (``nvfp4.pack``; see ``Linear.pack``): the same results, faster; forward then reads the
         packed form for activations of that dtype. Moving the layer or loading a state dict drops
-        the packed forms; after writing the weights in place, call this again (it always packs
-        the weights as they are now). Unlike ``Linear``, forward does not pack on
-        its own (the packed MoE layer is not yet checked on a GPU inside ExpertParallelMoE and
-        the transformers path). Returns whether they are packed."""
+        the weights as they are now). Forward packs on its first CUDA call outside graph capture
+        and compilation, as ``Linear`` does; call this after loading to have them packed before a
+        capture. Returns whether they are packed."""
         if self.mode != "w4a16" or not self.gate_up_weight.is_cuda:
             return False
         for name in ("gate_up", "down"):
@@ -173,8 +172,16 @@ class MoE(PackedForms):
         return True
 
     def _packed_for(self, name, x):
-        """Projection ``name``'s packed weights for x's dtype, where ``pack`` made them."""
+        """Projection ``name``'s packed weights for x's dtype: packed now when allowed (not while
+        a CUDA graph captures or torch.compile traces: the packing allocates and launches)."""
         if self.mode != "w4a16" or not x.is_cuda:
+            return None
+        p = self._packed.get((name, x.dtype))
+        if p is not None and p.device == x.device:
+            return p
+        if torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing():
+            return None
+        if not self.pack(x.dtype):
             return None
         p = self._packed.get((name, x.dtype))
         return p if p is not None and p.device == x.device else None
