@@ -31,7 +31,7 @@ pub struct Args {
     /// cache (`$NVFP4_CACHE_DIR`, else `$XDG_CACHE_HOME/nvfp4`, else `~/.cache/nvfp4`), so that
     /// the first calls on a GPU machine with the same NVRTC version skip compiling. Uses every
     /// core.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["json", "cubin_dir"])]
     fill_cache: bool,
 }
 

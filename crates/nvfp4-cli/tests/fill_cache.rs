@@ -1,6 +1,7 @@
 //! `nvfp4 kernels --fill-cache`: with no cache folder configured it refuses, naming the variables
 //! that set one; with one, it either stores each compiled kernel file there under the name a
-//! launch looks for (NVRTC present) or fails with a clear error (NVRTC absent), never a panic.
+//! launch looks for (NVRTC present) or fails with a clear error (NVRTC absent), never a panic; a
+//! filter that matches no kernel file is refused, and the report's flags do not combine with it.
 
 mod common;
 
@@ -54,4 +55,30 @@ fn fills_the_folder_or_says_why_not() {
         }
     }
     assert!(!stderr(&o).contains("panicked"));
+}
+
+#[test]
+fn a_filter_matching_no_kernel_file_is_refused() {
+    let dir = Scratch::new("fill-no-match");
+    let cache = dir.path("cubins");
+    let o = fill(&dir, &[("NVFP4_CACHE_DIR", &cache)], "no-such-kernel");
+    let err = assert_exit(&o, 1);
+    assert!(err.contains("no-such-kernel"), "{err}");
+    assert!(!cache.exists());
+}
+
+#[test]
+fn the_report_flags_do_not_combine_with_it() {
+    let dir = Scratch::new("fill-json");
+    for flag in [&["--json"][..], &["--cubin-dir", "x"][..]] {
+        let o = Command::new(env!("CARGO_BIN_EXE_nvfp4"))
+            .args(["kernels", "--fill-cache"])
+            .args(flag)
+            .current_dir(&dir.0)
+            .output()
+            .expect("run the nvfp4 binary");
+        let err = assert_exit(&o, 2);
+        assert!(err.contains("cannot be used with"), "{err}");
+    }
+    assert!(dir.listing().is_empty());
 }

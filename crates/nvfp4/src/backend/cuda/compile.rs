@@ -9,6 +9,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use cudarc::driver::CudaModule;
@@ -155,18 +156,19 @@ fn compile_sources(src: &Sources, arch: &str, verbose: bool) -> Result<(Vec<u8>,
     Ok((out.cubin, out.log))
 }
 
-/// Where `module`'s CUBIN for `arch` is cached (`None`: no cache folder), with its sources.
-fn cache_entry(module: &KernelModule, arch: &str) -> Result<(Sources, Option<PathBuf>)> {
+/// Where `module`'s CUBIN for `arch` is cached in folder `dir` (`None`: no cache), with its
+/// sources: the one naming that the loader and the filler share.
+fn cache_entry(module: &KernelModule, arch: &str, dir: Option<&Path>) -> Result<(Sources, Option<PathBuf>)> {
     let src = Sources::of(module)?;
     let key = cache_key(&src, arch, &options(arch, false), nvrtc_version()?);
-    let path = cache_dir().map(|d| d.join(format!("{}-{key}.cubin", module.file.trim_end_matches(".cu"))));
+    let path = dir.map(|d| d.join(format!("{}-{key}.cubin", module.file.trim_end_matches(".cu"))));
     Ok((src, path))
 }
 
 /// Loads `module` for this GPU from the disk cache, compiling (and caching) it on a miss.
 pub(crate) fn load(gpu: &Gpu, module: &KernelModule) -> Result<Arc<CudaModule>> {
     let arch = arch_for(gpu.info().compute_capability)?;
-    let (src, path) = cache_entry(module, &arch)?;
+    let (src, path) = cache_entry(module, &arch, cache_dir().as_deref())?;
     if let Some(cubin) = path.as_deref().and_then(read_cached) {
         if let Ok(m) = gpu.load_module(&cubin) {
             return Ok(m);
@@ -184,19 +186,22 @@ pub(crate) fn load(gpu: &Gpu, module: &KernelModule) -> Result<Arc<CudaModule>> 
 }
 
 /// Fills the CUBIN cache ([`cache_dir`]) for `arch` with every module whose file name contains
-/// `only`, compiled as a launch compiles it, on up to `threads` threads; no GPU needed. A first
-/// launch on a machine with the same NVRTC version (and the same cache folder) then loads its
-/// CUBIN instead of compiling. Entries already valid are kept. Returns (module file, whether it
-/// was compiled now) per module.
+/// `only` (at least one must), compiled as a launch compiles it, on up to `threads` threads; no
+/// GPU needed. A first launch on a machine with the same NVRTC version (and the same cache
+/// folder) then loads its CUBIN instead of compiling. Entries already valid are kept. Returns
+/// (module file, whether it was compiled now) per module.
 pub fn fill_cache(arch: &str, only: &str, threads: usize) -> Result<Vec<(&'static str, bool)>> {
     let Some(dir) = cache_dir() else {
         return Err(Error::Invalid("no CUBIN cache folder: set NVFP4_CACHE_DIR (or XDG_CACHE_HOME or HOME)".into()));
     };
     let modules: Vec<&KernelModule> = MODULES.iter().copied().filter(|m| m.file.contains(only)).collect();
-    let next = std::sync::atomic::AtomicUsize::new(0);
+    if modules.is_empty() {
+        return Err(Error::Invalid(format!("no kernel file's name contains {only:?}")));
+    }
+    let next = AtomicUsize::new(0);
     let fill = |m: &KernelModule| -> Result<bool> {
-        let (src, path) = cache_entry(m, arch)?;
-        let path = path.unwrap_or_else(|| dir.join(m.file));
+        let (src, path) = cache_entry(m, arch, Some(&dir))?;
+        let path = path.ok_or_else(|| Error::Invalid("no cache path".into()))?;
         if read_cached(&path).is_some() {
             return Ok(false);
         }
@@ -204,19 +209,23 @@ pub fn fill_cache(arch: &str, only: &str, threads: usize) -> Result<Vec<(&'stati
         write_cached(&path, &cubin).map_err(|source| Error::Io { path, source })?;
         Ok(true)
     };
+    // Each worker takes the next module until none is left.
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(m) = modules.get(i) else { return done };
+            done.push(fill(m).map(|fresh| (i, fresh)));
+        }
+    };
     let results: Vec<Result<(usize, bool)>> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads.clamp(1, modules.len().max(1)))
-            .map(|_| {
-                s.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(m) = modules.get(i) else { return done };
-                        done.push(fill(m).map(|fresh| (i, fresh)));
-                    }
-                })
-            })
+        // A thread the system refuses is one worker fewer; with none, this thread does the work.
+        let workers: Vec<_> = (0..threads.clamp(1, modules.len()))
+            .filter_map(|_| std::thread::Builder::new().spawn_scoped(s, work).ok())
             .collect();
+        if workers.is_empty() {
+            return work();
+        }
         workers
             .into_iter()
             .flat_map(|w| w.join().unwrap_or_else(|_| vec![Err(Error::Invalid("a compile thread panicked".into()))]))
@@ -227,6 +236,7 @@ pub fn fill_cache(arch: &str, only: &str, threads: usize) -> Result<Vec<(&'stati
         let (i, fresh) = r?;
         out[i] = Some((modules[i].file, fresh));
     }
+    // Every module was taken by a worker that returned, or an error was returned above.
     Ok(out.into_iter().flatten().collect())
 }
 
