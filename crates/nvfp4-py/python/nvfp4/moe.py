@@ -160,31 +160,38 @@ class MoE(PackedForms):
     def pack(self, dtype=torch.bfloat16):
         """Packs both projections' expert weights (CUDA, W4A16) for ``dtype`` activations
         (``nvfp4.pack``; see ``Linear.pack``): the same results, faster; forward then reads the
-        packed form for activations of that dtype. Moving the layer or loading a state dict drops
-        the weights as they are now). Forward packs on its first CUDA call outside graph capture
-        and compilation, as ``Linear`` does; call this after loading to have them packed before a
-        capture. Returns whether they are packed."""
+        packed form for activations of that dtype. Forward packs each projection on its first CUDA
+        call outside graph capture and compilation, as ``Linear`` does; call this after loading to
+        have them packed before a capture. Moving the layer or loading a state dict drops the
+        packed forms; after writing the weights in place, call this again (it always packs the
+        weights as they are now). Returns whether they are packed."""
         if self.mode != "w4a16" or not self.gate_up_weight.is_cuda:
             return False
         for name in ("gate_up", "down"):
-            w, s = getattr(self, name + "_weight"), getattr(self, name + "_weight_scale")
-            self._packed[(name, dtype)] = _nv.pack(w, s, dtype=dtype)
+            self._pack_one(name, dtype)
         return True
 
+    def _pack_one(self, name, dtype):
+        w, s = getattr(self, name + "_weight"), getattr(self, name + "_weight_scale")
+        p = _nv.pack(w, s, dtype=dtype)
+        self._packed[(name, dtype)] = p
+        return p
+
     def _packed_for(self, name, x):
-        """Projection ``name``'s packed weights for x's dtype: packed now when allowed (not while
-        a CUDA graph captures or torch.compile traces: the packing allocates and launches)."""
+        """Projection ``name``'s packed weights for x's dtype (each projection reads its own
+        activation type: gate/up the input's, down the output's): packed now when allowed (x on
+        the weights' device; not while a CUDA graph captures or torch.compile traces: the packing
+        allocates and launches)."""
         if self.mode != "w4a16" or not x.is_cuda:
             return None
         p = self._packed.get((name, x.dtype))
         if p is not None and p.device == x.device:
             return p
+        if getattr(self, name + "_weight").device != x.device:
+            return None  # the operation refuses the call; nothing to pack for it
         if torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing():
             return None
-        if not self.pack(x.dtype):
-            return None
-        p = self._packed.get((name, x.dtype))
-        return p if p is not None and p.device == x.device else None
+        return self._pack_one(name, x.dtype)
 
     def _gemm(self, name, x, sx, offsets, dtype):
         weight, scale = getattr(self, name + "_weight"), getattr(self, name + "_weight_scale")

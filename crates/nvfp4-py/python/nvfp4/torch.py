@@ -331,13 +331,15 @@ class Linear(PackedForms):
         return p
 
     def _packed_for(self, x):
-        """The packed weight for x's dtype: packed now when allowed (not while a CUDA graph
-        captures or torch.compile traces: the packing allocates and launches)."""
+        """The packed weight for x's dtype: packed now when allowed (x on the weight's device; not
+        while a CUDA graph captures or torch.compile traces: the packing allocates and launches)."""
         if not x.is_cuda:
             return None
         p = self._packed.get(x.dtype)
         if p is not None and p.device == x.device:
             return p
+        if self.weight.device != x.device:
+            return None  # the operation refuses the call; nothing to pack for it
         if torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing():
             return None
         return self.pack(x.dtype)
