@@ -156,19 +156,19 @@ fn compile_sources(src: &Sources, arch: &str, verbose: bool) -> Result<(Vec<u8>,
     Ok((out.cubin, out.log))
 }
 
-/// Where `module`'s CUBIN for `arch` is cached in folder `dir` (`None`: no cache), with its
-/// sources: the one naming that the loader and the filler share.
-fn cache_entry(module: &KernelModule, arch: &str, dir: Option<&Path>) -> Result<(Sources, Option<PathBuf>)> {
+/// `module`'s sources and the name of its CUBIN for `arch` in a cache folder: the one naming that
+/// the loader and the filler share.
+fn cache_entry(module: &KernelModule, arch: &str) -> Result<(Sources, String)> {
     let src = Sources::of(module)?;
     let key = cache_key(&src, arch, &options(arch, false), nvrtc_version()?);
-    let path = dir.map(|d| d.join(format!("{}-{key}.cubin", module.file.trim_end_matches(".cu"))));
-    Ok((src, path))
+    Ok((src, format!("{}-{key}.cubin", module.file.trim_end_matches(".cu"))))
 }
 
 /// Loads `module` for this GPU from the disk cache, compiling (and caching) it on a miss.
 pub(crate) fn load(gpu: &Gpu, module: &KernelModule) -> Result<Arc<CudaModule>> {
     let arch = arch_for(gpu.info().compute_capability)?;
-    let (src, path) = cache_entry(module, &arch, cache_dir().as_deref())?;
+    let (src, name) = cache_entry(module, &arch)?;
+    let path = cache_dir().map(|d| d.join(name));
     if let Some(cubin) = path.as_deref().and_then(read_cached) {
         if let Ok(m) = gpu.load_module(&cubin) {
             return Ok(m);
@@ -200,8 +200,8 @@ pub fn fill_cache(arch: &str, only: &str, threads: usize) -> Result<Vec<(&'stati
     }
     let next = AtomicUsize::new(0);
     let fill = |m: &KernelModule| -> Result<bool> {
-        let (src, path) = cache_entry(m, arch, Some(&dir))?;
-        let path = path.ok_or_else(|| Error::Invalid("no cache path".into()))?;
+        let (src, name) = cache_entry(m, arch)?;
+        let path = dir.join(name);
         if read_cached(&path).is_some() {
             return Ok(false);
         }
