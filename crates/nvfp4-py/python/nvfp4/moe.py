@@ -187,9 +187,7 @@ class MoE(PackedForms):
         p = self._packed.get((name, x.dtype))
         if p is not None and p.device == x.device:
             return p
-        if getattr(self, name + "_weight").device != x.device:
-            return None  # the operation refuses the call; nothing to pack for it
-        if torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing():
+        if not self._may_pack_for(getattr(self, name + "_weight"), x):
             return None
         return self._pack_one(name, x.dtype)
 

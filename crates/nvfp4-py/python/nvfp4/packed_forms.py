@@ -18,3 +18,12 @@ class PackedForms(torch.nn.Module):
     def _load_from_state_dict(self, *args, **kwargs):
         self._packed = {}
         return super()._load_from_state_dict(*args, **kwargs)
+
+    @staticmethod
+    def _may_pack_for(weight, x):
+        """Whether forward may pack `weight` for input `x` now: x on the weight's device (else
+        the operation refuses the call) and neither a CUDA graph capturing nor torch.compile
+        tracing (the packing allocates and launches)."""
+        if weight.device != x.device:
+            return False
+        return not (torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing())

@@ -338,9 +338,7 @@ class Linear(PackedForms):
         p = self._packed.get(x.dtype)
         if p is not None and p.device == x.device:
             return p
-        if self.weight.device != x.device:
-            return None  # the operation refuses the call; nothing to pack for it
-        if torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing():
+        if not self._may_pack_for(self.weight, x):
             return None
         return self.pack(x.dtype)
 
