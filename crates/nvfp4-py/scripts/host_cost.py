@@ -84,11 +84,10 @@ def host_us(fn, calls=CALLS, rounds=5):
     return statistics.median(host), statistics.median(wall)
 
 
-def gpu_us(fn, calls=100):
-    """GPU microseconds per call: `calls` calls captured in one CUDA graph (after a warm-up call
-    on the capture stream), the replay's wall time per call, the median of 5 replays. Where the
-    eager host time per call is not above this, 1000 eager calls can fill the driver's launch
-    queue and then measure the GPU, not the host."""
+def replay_us(fn, calls):
+    """`calls` calls captured in one CUDA graph (after a warm-up call on the capture stream),
+    replayed 5 times: the medians of the host time per call to issue the replay and of the wall
+    time per call through its end."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -100,13 +99,23 @@ def gpu_us(fn, calls=100):
             fn()
     graph.replay()
     torch.cuda.synchronize()
-    times = []
+    host, wall = [], []
     for _ in range(5):
         t0 = time.perf_counter()
         graph.replay()
+        t1 = time.perf_counter()
         torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(times)
+        t2 = time.perf_counter()
+        host.append((t1 - t0) / calls * 1e6)
+        wall.append((t2 - t0) / calls * 1e6)
+    return statistics.median(host), statistics.median(wall)
+
+
+def gpu_us(fn, calls=100):
+    """GPU microseconds per call: the wall time per call of `calls` calls replayed from a CUDA
+    graph. Where the eager host time per call is not above this, 1000 eager calls can fill the
+    driver's launch queue and then measure the GPU, not the host."""
+    return replay_us(fn, calls)[1]
 
 
 def row(case, shape, h, w, **extra):
@@ -171,27 +180,7 @@ def main():
     env = dict(os.environ, NVFP4_PY_NO_LAUNCH="1")
     subprocess.run([sys.executable, __file__, NO_LAUNCH, *map(str, shape)], env=env, check=False)
     # Graph replay: the same 1000 launches captured once; replay has no host work per launch.
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        nvfp4.gemm(a, sa, b, sb, out=out)
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(CALLS):
-            nvfp4.gemm(a, sa, b, sb, out=out)
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        graph.replay()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        t2 = time.perf_counter()
-        times.append(((t1 - t0) / CALLS * 1e6, (t2 - t0) / CALLS * 1e6))
-    h = statistics.median(t[0] for t in times)
-    w = statistics.median(t[1] for t in times)
+    h, w = replay_us(lambda: nvfp4.gemm(a, sa, b, sb, out=out), CALLS)
     row("graph replay", shape, h, w)
 
 
