@@ -265,7 +265,7 @@ fn time_enqueued(
 /// grids, flavours), (c) the GEMV as `nvfp4 bench` runs it, plus GEMV variants compiled here.
 /// `NVFP4_DIAG_OLD_GEMV` may name a previous gemv.cu to time beside the current one.
 fn gemv_fixed_cost() {
-    use nvfp4::backend::cuda::{GemvConfig, ReadKernel, ReadSetting};
+    use nvfp4::backend::cuda::{GemvConfig, GemvForm as Form, ReadKernel, ReadSetting};
     use nvfp4::bench::Timer;
 
     const SAMPLES: usize = 30;
@@ -348,9 +348,10 @@ fn gemv_fixed_cost() {
         for (vname, module) in &variants {
             let (symbol, _) = nvfp4::backend::cuda::gemv::variant(k, g.a.layout(), nvfp4::OutputDtype::F16);
             let kernel = module.gemv(symbol).unwrap();
-            let base = GemvConfig::choose((m, k, l), g.a.layout(), nvfp4::OutputDtype::F16, sms, |_, smem| {
-                kernel.ctas_per_sm(smem).unwrap()
-            });
+            let base =
+                GemvConfig::choose(Form::Gemv, (m, k, l), g.a.layout(), nvfp4::OutputDtype::F16, sms, |_, smem| {
+                    kernel.ctas_per_sm(smem).unwrap()
+                });
             let mut np = base.clone();
             let slots = sms * base.tiling.ctas_per_sm;
             let mut split = 1;

@@ -225,6 +225,7 @@ struct W4A4 {
   using Data = AChunk;
   using Acc = float[ROWS_PER_WARP];
   static constexpr int CB = CB_;
+  static constexpr bool COLS = false;
   static constexpr bool OUT_BF16 = BF16;
 
   static __device__ __forceinline__ int first_chunk(int, int lane) { return lane; }
@@ -244,12 +245,13 @@ struct W4A4 {
   static __device__ __forceinline__ void load(const Cursor& cur, AChunk& x, bool ok, u64 pol) {
     load_a<CB, BLOCKED>(cur, x, ok, pol);
   }
-  static __device__ __forceinline__ void compute(const AChunk& x, const u8* smem, int wc, int cl, float* acc) {
+  static __device__ __forceinline__ void compute(const GemvParams&, const AChunk& x, const u8* smem, int wc, int cl,
+                                                 float* acc) {
     ::compute<CB>(x, smem, wc, cl, acc);
   }
   // Lane 8q holds tile row 32 q + warp.
   static __device__ __forceinline__ gemv_tiles::Out reduce(const float* acc, int warp, int lane) {
-    return {warp_reduce4(acc, lane), lane / 8, warp, lane % 8 == 0};
+    return {warp_reduce4(acc, lane), lane / 8, warp, 0, lane % 8 == 0};
   }
   static __device__ __forceinline__ double scale(const GemvParams& p) { return p.alpha; }
 };

@@ -1,6 +1,7 @@
 // gemv16.cu: batched W4A16 GEMV (SPEC §8 with one activation row): c[l, n] =
 // sum_k x[l, k] * W[l, n, k] * sfw[l, n, k/16], x f16 or bf16 [L, 1, K], W NVFP4 [L, N, K],
-// f16 or bf16 out [L, N], FP32 accumulation, one rounding.
+// f16 or bf16 out [L, N], FP32 accumulation, one rounding. Its `_cols` kernels take 2 to 8
+// activation rows (the GEMM of few rows, W4A16 or W4A4: gemv16_cols.cuh).
 //
 // Algorithm (a pure bandwidth problem: every byte of W is read once; x is tiny):
 // - Tiles, K-steps, split-K, the persistent grid, PDL and the double buffer are gemv_tiles.cuh's
@@ -196,33 +197,47 @@ __device__ __forceinline__ void load_w(const Cursor<CB, BLOCKED>& cur, WChunk& x
   }
 }
 
-// d[u] += MMA tile u's products for one K-step: rows q = 2u (A rows g) and 2u + 1 (A rows g + 8).
+// d[u] += MMA tile u's products of word i of one K-step: rows q = 2u (A rows g) and 2u + 1 (A
+// rows g + 8); B fragments b_lo = the x pairs of k 2t, 2t+1 (A's a0, a1), b_hi = of k 2t+8, 2t+9
+// (a2, a3).
+template <int CB, bool ABF16>
+__device__ __forceinline__ void mma_word(const WChunk& x, const u32 (&sp)[ROWS_PER_THREAD][Chunk<CB>::BLOCKS], int i,
+                                         const u32 (&b_lo)[2], const u32 (&b_hi)[2], float (&d)[2][4]) {
+  using A = Act<ABF16>;
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    u32 a[2][4];  // rows q = 2u, 2u + 1: (e0,e4), (e1,e5), (e2,e6), (e3,e7)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int q = 2 * u + h;
+      const u32 v[4] = {x.v[q].x, x.v[q].y, x.v[q].z, x.v[q].w};
+      A::word(v[i], sp[q][i / 2], a[h]);
+    }
+    const u32 lo[4] = {a[0][0], a[1][0], a[0][1], a[1][1]};
+    const u32 hi[4] = {a[0][2], a[1][2], a[0][3], a[1][3]};
+    A::mma(d[u], lo, b_lo);
+    A::mma(d[u], hi, b_hi);
+  }
+}
+
+// The scale pairs of a thread's 4 rows for one K-step.
+template <int CB, bool ABF16>
+__device__ __forceinline__ void scale_pairs(const WChunk& x, u32 (&sp)[ROWS_PER_THREAD][Chunk<CB>::BLOCKS]) {
+#pragma unroll
+  for (int q = 0; q < ROWS_PER_THREAD; ++q) Act<ABF16>::template scales<Chunk<CB>::BLOCKS>(x.s[q], sp[q]);
+}
+
+// d[u] += MMA tile u's products for one K-step, x from the staged window (chunk cl).
 template <int CB, bool ABF16>
 __device__ __forceinline__ void compute(const WChunk& x, const u8* xs, int wc, int cl, float (&d)[2][4]) {
   using C = Chunk<CB>;
-  using A = Act<ABF16>;
   u32 sp[ROWS_PER_THREAD][C::BLOCKS];
-#pragma unroll
-  for (int q = 0; q < ROWS_PER_THREAD; ++q) A::template scales<C::BLOCKS>(x.s[q], sp[q]);
+  scale_pairs<CB, ABF16>(x, sp);
 #pragma unroll
   for (int i = 0; i < C::WORDS; ++i) {
-    // B fragments: b0 = the x pair of k 2t, 2t+1 (A's a0, a1), b1 = of k 2t+8, 2t+9 (a2, a3).
     const uint4 b = *reinterpret_cast<const uint4*>(xs + (i * wc + cl) * 16);
     const u32 b_lo[2] = {b.x, b.y}, b_hi[2] = {b.z, b.w};
-#pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      u32 a[2][4];  // rows q = 2u, 2u + 1: (e0,e4), (e1,e5), (e2,e6), (e3,e7)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int q = 2 * u + h;
-        const u32 v[4] = {x.v[q].x, x.v[q].y, x.v[q].z, x.v[q].w};
-        A::word(v[i], sp[q][i / 2], a[h]);
-      }
-      const u32 lo[4] = {a[0][0], a[1][0], a[0][1], a[1][1]};
-      const u32 hi[4] = {a[0][2], a[1][2], a[0][3], a[1][3]};
-      A::mma(d[u], lo, b_lo);
-      A::mma(d[u], hi, b_hi);
-    }
+    mma_word<CB, ABF16>(x, sp, i, b_lo, b_hi, d);
   }
 }
 
@@ -235,6 +250,7 @@ struct W4A16 {
   using Data = WChunk;
   using Acc = float[2][4];  // the two MMA tiles' D fragments
   static constexpr int CB = CB_;
+  static constexpr bool COLS = false;
   static constexpr bool OUT_BF16 = OBF16;
 
   static __device__ __forceinline__ int first_chunk(int warp, int) { return CHUNKS_PER_WARP * warp; }
@@ -256,7 +272,8 @@ struct W4A16 {
   static __device__ __forceinline__ void load(const Cursor& cur, WChunk& x, bool ok, u64 pol) {
     load_w<CB, BLOCKED>(cur, x, ok, pol);
   }
-  static __device__ __forceinline__ void compute(const WChunk& x, const u8* xs, int wc, int cl, float (&d)[2][4]) {
+  static __device__ __forceinline__ void compute(const GemvParams&, const WChunk& x, const u8* xs, int wc, int cl,
+                                                 float (&d)[2][4]) {
     ::compute<CB, ABF16>(x, xs, wc, cl, d);
   }
   // Every column of D holds the same sums: lanes t == 0 give tile u's rows g (d[u][0], row
@@ -279,10 +296,12 @@ struct W4A16 {
       for (int w = 0; w < WARPS; ++w) total += s_part[w][threadIdx.x];
     }
     __syncthreads();  // s_part is free for the next tile
-    return {total, (int)(threadIdx.x / 8), (int)(threadIdx.x % 8), threadIdx.x < gemv16::ROWS_PER_CTA};
+    return {total, (int)(threadIdx.x / 8), (int)(threadIdx.x % 8), 0, threadIdx.x < gemv16::ROWS_PER_CTA};
   }
   static __device__ __forceinline__ double scale(const GemvParams& p) { return p.alpha * Act<ABF16>::UNBIAS; }
 };
+
+#include "gemv16_cols.cuh"  // the `_cols` kernels' part (2 to 8 activation rows)
 
 }  // namespace
 
@@ -294,6 +313,11 @@ struct W4A16 {
 #define GEMV16_KERNEL(name, CB, BLOCKED, ABF16, OBF16)                                                \
   extern "C" __global__ void __launch_bounds__(THREADS, 2) name(const __grid_constant__ GemvParams p) { \
     gemv_tiles::run<W4A16<CB, BLOCKED, ABF16, OBF16>>(p);                                              \
+  }
+// The `_cols` kernels (2 to 8 activation rows), the same variants.
+#define GEMV16_COLS_KERNEL(name, CB, BLOCKED, ABF16, OBF16)                                           \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) name(const __grid_constant__ GemvParams p) { \
+    gemv_tiles::run<W4A16Cols<CB, BLOCKED, ABF16, OBF16>>(p);                                          \
   }
 
 GEMV16_KERNEL(gemv16_nvfp4_sm90_f16_plain_to_f16, 16, false, false, false)
@@ -312,3 +336,32 @@ GEMV16_KERNEL(gemv16_nvfp4_sm90_bf16_plain_to_bf16, 16, false, true, true)
 GEMV16_KERNEL(gemv16_nvfp4_sm90_bf16_blocked_to_bf16, 16, true, true, true)
 GEMV16_KERNEL(gemv16_nvfp4_sm90_bf16_plain_k16_to_bf16, 8, false, true, true)
 GEMV16_KERNEL(gemv16_nvfp4_sm90_bf16_blocked_k16_to_bf16, 8, true, true, true)
+GEMV16_COLS_KERNEL(gemv16_nvfp4_sm90_f16_plain_to_f16_cols, 16, false, false, false)
+GEMV16_COLS_KERNEL(gemv16_nvfp4_sm90_f16_blocked_to_f16_cols, 16, true, false, false)
+GEMV16_COLS_KERNEL(gemv16_nvfp4_sm90_f16_plain_k16_to_f16_cols, 8, false, false, false)
+GEMV16_COLS_KERNEL(gemv16_nvfp4_sm90_f16_blocked_k16_to_f16_cols, 8, true, false, false)
+GEMV16_COLS_KERNEL(gemv16_nvfp4_sm90_f16_plain_to_bf16_cols, 16, false, false, true)
+GEMV16_COLS_KERNEL(gemv16_nvfp4_sm90_f16_blocked_to_bf16_cols, 16, true, false, true)
+GEMV16_COLS_KERNEL(gemv16_nvfp4_sm90_f16_plain_k16_to_bf16_cols, 8, false, false, true)
+GEMV16_COLS_KERNEL(gemv16_nvfp4_sm90_f16_blocked_k16_to_bf16_cols, 8, true, false, true)
+GEMV16_COLS_KERNEL(gemv16_nvfp4_sm90_bf16_plain_to_f16_cols, 16, false, true, false)
+GEMV16_COLS_KERNEL(gemv16_nvfp4_sm90_bf16_blocked_to_f16_cols, 16, true, true, false)
+GEMV16_COLS_KERNEL(gemv16_nvfp4_sm90_bf16_plain_k16_to_f16_cols, 8, false, true, false)
+GEMV16_COLS_KERNEL(gemv16_nvfp4_sm90_bf16_blocked_k16_to_f16_cols, 8, true, true, false)
+GEMV16_COLS_KERNEL(gemv16_nvfp4_sm90_bf16_plain_to_bf16_cols, 16, false, true, true)
+GEMV16_COLS_KERNEL(gemv16_nvfp4_sm90_bf16_blocked_to_bf16_cols, 16, true, true, true)
+GEMV16_COLS_KERNEL(gemv16_nvfp4_sm90_bf16_plain_k16_to_bf16_cols, 8, false, true, true)
+GEMV16_COLS_KERNEL(gemv16_nvfp4_sm90_bf16_blocked_k16_to_bf16_cols, 8, true, true, true)
+// The W4A4 `_cols` kernels: NVFP4 activation rows decoded to f16, the weights' scale layout.
+#define GEMV4_COLS_KERNEL(name, CB, BLOCKED, OBF16)                                                    \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) name(const __grid_constant__ GemvParams p) { \
+    gemv_tiles::run<W4A4Cols<CB, BLOCKED, OBF16>>(p);                                                  \
+  }
+GEMV4_COLS_KERNEL(gemv16_nvfp4_sm90_nvfp4_plain_to_f16_cols, 16, false, false)
+GEMV4_COLS_KERNEL(gemv16_nvfp4_sm90_nvfp4_blocked_to_f16_cols, 16, true, false)
+GEMV4_COLS_KERNEL(gemv16_nvfp4_sm90_nvfp4_plain_k16_to_f16_cols, 8, false, false)
+GEMV4_COLS_KERNEL(gemv16_nvfp4_sm90_nvfp4_blocked_k16_to_f16_cols, 8, true, false)
+GEMV4_COLS_KERNEL(gemv16_nvfp4_sm90_nvfp4_plain_to_bf16_cols, 16, false, true)
+GEMV4_COLS_KERNEL(gemv16_nvfp4_sm90_nvfp4_blocked_to_bf16_cols, 16, true, true)
+GEMV4_COLS_KERNEL(gemv16_nvfp4_sm90_nvfp4_plain_k16_to_bf16_cols, 8, false, true)
+GEMV4_COLS_KERNEL(gemv16_nvfp4_sm90_nvfp4_blocked_k16_to_bf16_cols, 8, true, true)

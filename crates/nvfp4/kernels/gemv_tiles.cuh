@@ -3,7 +3,8 @@
 // register double buffer over K-steps, and the epilogue with its split-K fixup. What it does not
 // know is the family's part, a small struct `K` (gemv.cu's `W4A4`, gemv16.cu's `W4A16`):
 //
-//   K::CB (bytes of the matrix per thread per row per K-step), K::OUT_BF16
+//   K::CB (bytes of the matrix per thread per row per K-step), K::OUT_BF16, K::COLS (false: one
+//   output column, p.cols unread; true: p.cols columns)
 //   K::Cursor (where a thread reads the matrix; advance() moves it one K-step), K::Data (one
 //   K-step's matrix data of a thread), K::Acc (its accumulators, zero-initialised)
 //   K::first_chunk(warp, lane)           the first chunk of a K-step the thread's warp group reads
@@ -14,8 +15,10 @@
 //   K::cursor(p, l, row, chunk)          the cursor of batch l, rows `row`, at chunk `chunk`
 //   K::stage(p, smem, wc, l, c0, c1, chunks)   the vector's chunks [c0, c1) into the window
 //   K::load(cur, x, ok, pol)             a K-step's matrix data (nothing or zeros when !ok)
-//   K::compute(x, smem, wc, cl, acc)     acc += x times window chunk cl
-//   K::reduce(acc, warp, lane)           the row totals: an `Out` per thread
+//   K::compute(p, x, smem, wc, cl, acc)  acc += x times window chunk cl
+//   K::reduce(acc, warp, lane)           the row totals: an `Out` per thread (a row and a column:
+//                                        the W4A4 GEMV and the one-row W4A16 GEMV have one column,
+//                                        the W4A16 GEMV of several rows p.cols)
 //   K::scale(p)                          the factor applied in f64 before the one rounding
 //
 // The work (backend/cuda/gemv_tiling.rs plans it): a tile is 32 rows of one batch, rows
@@ -34,11 +37,11 @@ constexpr int ROWS_PER_THREAD = 4;  // q = 0..3
 static_assert(4 * gemv::ROWS_PER_CTA == 128 && gemv::ROWS_PER_CTA == 8 * ROWS_PER_THREAD, "row tiles");
 static_assert(KSTEP_CHUNKS == 32, "a K-step is 32 chunks");
 
-// One thread's share of a tile's totals: `total` is the sum of row K::row(rc, row0, q, r) when
-// `holds`.
+// One thread's share of a tile's totals: `total` is the sum of row K::row(rc, row0, q, r) and
+// activation row (output column) `col` when `holds`.
 struct Out {
   float total;
-  int q, r;
+  int q, r, col;
   bool holds;
 };
 
@@ -48,6 +51,7 @@ __device__ void run(const GemvParams& p) {
   __shared__ u32 s_last;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int cols = K::COLS ? p.cols : 1;  // a compile-time 1 keeps the one-column kernels' registers
   const int first = K::first_chunk(warp, lane), own = K::own_chunk(lane), residue = K::row_residue(warp, lane);
   const int chunks = p.k / 2 / K::CB;
   const int ksteps = (chunks + KSTEP_CHUNKS - 1) / KSTEP_CHUNKS;
@@ -102,26 +106,27 @@ __device__ void run(const GemvParams& p) {
         const int c0 = ks * KSTEP_CHUNKS + first, c1 = c0 + KSTEP_CHUNKS;
         K::load(cur, x1, ks + 1 < we && c1 + own < chunks, pol);
         cur.advance();
-        if (c0 < chunks) K::compute(x0, smem, wc, c0 + own - ws * KSTEP_CHUNKS, acc);
+        if (c0 < chunks) K::compute(p, x0, smem, wc, c0 + own - ws * KSTEP_CHUNKS, acc);
         if (ks + 1 >= we) break;
         K::load(cur, x0, ks + 2 < we && c1 + KSTEP_CHUNKS + own < chunks, pol);
         cur.advance();
-        if (c1 < chunks) K::compute(x1, smem, wc, c1 + own - ws * KSTEP_CHUNKS, acc);
+        if (c1 < chunks) K::compute(p, x1, smem, wc, c1 + own - ws * KSTEP_CHUNKS, acc);
       }
     }
 
-    // Epilogue: one total per row, then f16 or bf16 (or an f32 partial when split).
+    // Epilogue: one total per row and column, then f16 or bf16 (or an f32 partial when split).
+    // The output is [L, cols, M] (cols = 1: [L, M]).
     const Out o = K::reduce(acc, warp, lane);
     const int my_row = K::row(rc, row0, o.q, o.r);
-    const bool writer = o.holds && my_row < p.m;
+    const bool writer = o.holds && o.col < cols && my_row < p.m;
     const double scale = K::scale(p);
     if (p.split == 1) {
-      if (writer) p.c[(i64)l * p.m + my_row] = out::of_f64((double)o.total * scale, K::OUT_BF16);
+      if (writer) p.c[((i64)l * cols + o.col) * p.m + my_row] = out::of_f64((double)o.total * scale, K::OUT_BF16);
       continue;
     }
-    // Split-K: each slice writes f32 partials; the last CTA of a row tile (an atomic counter,
-    // reset by that CTA) adds them in slice order (deterministic).
-    if (writer) p.partial[((i64)slice * p.l + l) * p.m + my_row] = o.total;
+    // Split-K: each slice writes f32 partials [split, L, cols, M]; the last CTA of a row tile (an
+    // atomic counter, reset by that CTA) adds them in slice order (deterministic).
+    if (writer) p.partial[(((i64)slice * p.l + l) * cols + o.col) * p.m + my_row] = o.total;
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -131,12 +136,14 @@ __device__ void run(const GemvParams& p) {
     __syncthreads();
     if (s_last) {
       __threadfence();
-      if (threadIdx.x < 32) {
-        const int r = K::row(rc, row0, threadIdx.x / 8, threadIdx.x % 8);  // tile row threadIdx.x
+      if (threadIdx.x < 32 * cols) {
+        const int tr = threadIdx.x % 32, col = threadIdx.x / 32;   // tile row, column
+        const int r = K::row(rc, row0, tr / 8, tr % 8);
         if (r < p.m) {
           float sum = 0.f;
-          for (int s = 0; s < p.split; ++s) sum += ptx::ld_cg_f32(p.partial + ((i64)s * p.l + l) * p.m + r);
-          p.c[(i64)l * p.m + r] = out::of_f64((double)sum * scale, K::OUT_BF16);
+          for (int s = 0; s < p.split; ++s)
+            sum += ptx::ld_cg_f32(p.partial + (((i64)s * p.l + l) * cols + col) * p.m + r);
+          p.c[((i64)l * cols + col) * p.m + r] = out::of_f64((double)sum * scale, K::OUT_BF16);
         }
       }
       if (threadIdx.x == 0) p.counters[(i64)l * p.row_ctas + rc] = 0;  // ready for the next launch

@@ -15,7 +15,7 @@ mod common;
 use common::{check, gpu, run_prepared};
 
 use nvfp4::format::{Nvfp4Tensor, ScaleLayout};
-use nvfp4::ops::Gemv;
+use nvfp4::ops::{Gemm, Gemv};
 use nvfp4::problem::Problem;
 use nvfp4::problem::{bench_shapes, generate, test_shapes, ProblemKind, Shape};
 use nvfp4::{CpuBackend, Error};
@@ -122,15 +122,63 @@ fn gemm_bit_exact() {
             println!("ok gemm {shape} {layout:?} ({:.0} ms incl. reference): {cfg}", t0.elapsed().as_secs_f64() * 1e3);
         }
     }
-    // Odd sizes: M, N not multiples of the tile, K % 32 == 16, L > 1.
-    for (j, shape) in
-        [Shape::Gemm { m: 1, n: 1, k: 16, l: 1 }, Shape::Gemm { m: 65, n: 3, k: 48, l: 3 }].iter().enumerate()
-    {
+    // Odd sizes: M, N not multiples of the tile, K % 32 == 16, L > 1; one activation row (the
+    // GEMV kernel's Gemm form: split-K, the 8-byte chunks, batches, a decode projection).
+    let odd = [
+        Shape::Gemm { m: 1, n: 1, k: 16, l: 1 },
+        Shape::Gemm { m: 65, n: 3, k: 48, l: 3 },
+        Shape::Gemm { m: 1, n: 300, k: 4112, l: 2 },
+        Shape::Gemm { m: 1, n: 7168, k: 2048, l: 1 },
+        // 2 to 8 rows: the W4A16 GEMV's `_cols` kernels, the activation decoded as it is staged.
+        Shape::Gemm { m: 3, n: 130, k: 48, l: 1 },
+        Shape::Gemm { m: 4, n: 300, k: 4112, l: 2 },
+        Shape::Gemm { m: 8, n: 7168, k: 2048, l: 1 },
+    ];
+    for (j, shape) in odd.iter().enumerate() {
         let p = generate(shape, 2100 + j as u64).unwrap();
         for layout in LAYOUTS {
-            check(&b, &p.with_layout(layout), Mode::BitExact, 1, &format!("gemm {shape} {layout:?}"));
+            let cfg = check(&b, &p.with_layout(layout), Mode::BitExact, 1, &format!("gemm {shape} {layout:?}"));
+            println!("ok gemm {shape} {layout:?}: {cfg}");
         }
     }
+}
+
+/// A W4A4 GEMM of 2 to 8 rows (the W4A16 GEMV's `_cols` kernels: the activation decoded as it is
+/// staged): alpha and both global scales round once; a NaN activation scale poisons exactly its
+/// row, a NaN weight scale exactly its column; blocked scales; mixed layouts go to another kernel
+/// and still match.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn few_rows_gemm_alpha_nan_and_layouts() {
+    let b = gpu();
+    let (m, n, k, l) = (5, 300, 1024, 2);
+    let Problem::Gemm(g) = generate(&Shape::Gemm { m, n, k, l }, 98).unwrap() else { unreachable!() };
+    let scaled = Gemm::new(g.a.clone().with_global_scale(0.75), g.b.clone().with_global_scale(1.5), Some(0.3));
+    let cfg = check(&b, &Problem::Gemm(scaled.unwrap()), Mode::BitExact, 2, "5-row gemm, alpha");
+    assert!(cfg.starts_with("gemv16_nvfp4_sm90_nvfp4_plain_to_f16_cols"), "{cfg}");
+
+    // Activation row 2 of batch 1, block 3; weight row 7 of batch 0, block 10.
+    let (mut xs, mut ws) = (g.a.scales().to_vec(), g.b.scales().to_vec());
+    xs[(m + 2) * (k / 16) + 3] = 0x7F;
+    ws[7 * (k / 16) + 10] = 0x7F;
+    let a = Nvfp4Tensor::new(l, m, k, g.a.values().to_vec(), xs, ScaleLayout::Plain).unwrap();
+    let w = Nvfp4Tensor::new(l, n, k, g.b.values().to_vec(), ws, ScaleLayout::Plain).unwrap();
+    let p = Problem::Gemm(Gemm::new(a, w, None).unwrap());
+    let got = b.prepare(&p).map(|mut prep| run_prepared(&mut prep)).unwrap();
+    for (i, v) in got.tensors()[0].data().iter().enumerate() {
+        let (batch, row, col) = (i / (m * n), (i / n) % m, i % n);
+        let nan = (batch == 1 && row == 2) || (batch == 0 && col == 7);
+        assert_eq!(v.is_nan(), nan, "element {i} (batch {batch}, row {row}, column {col}): {v}");
+    }
+    let report = compare_outputs(&got, &p.run(&CpuBackend).unwrap(), Mode::BitExact);
+    assert!(report.passed(), "{report}");
+
+    let cfg = check(&b, &p.with_layout(ScaleLayout::Blocked), Mode::BitExact, 1, "5-row gemm, blocked");
+    assert!(cfg.starts_with("gemv16_nvfp4_sm90_nvfp4_blocked_to_f16_cols"), "{cfg}");
+    let Problem::Gemm(g) = &p else { unreachable!() };
+    let mixed = Problem::Gemm(Gemm::new(g.a.to_layout(ScaleLayout::Blocked), g.b.clone(), None).unwrap());
+    let cfg = check(&b, &mixed, Mode::BitExact, 1, "5-row gemm, mixed layouts");
+    assert!(!cfg.contains("_cols"), "{cfg}");
 }
 
 #[test]

@@ -319,13 +319,17 @@ fn check_as(b: &CudaBackend, w: &W16, out: OutputDtype, rule: Rule, what: &str, 
 }
 
 /// Odd sizes: M and N off every tile, K % 64 == 32 (plain scales by direct copy, the last
-/// sub-stage half past K), K % 256 != 0, batches, one token; and tile-filling ones.
+/// sub-stage half past K), K % 256 != 0, batches, one token; and tile-filling ones. Up to 8 rows
+/// take the W4A16 GEMV's `_cols` kernels: K % 32 == 16 (8-byte chunks), split-K, batches.
 fn shapes() -> Vec<Shape> {
     let gemm = |m, n, k, l| Shape::Gemm { m, n, k, l };
     let dual = |m, n, k, l| Shape::DualGemm { m, n, k, l };
     vec![
         gemm(1, 256, 256, 1),
         gemm(7, 300, 96, 3),
+        gemm(2, 1000, 4112, 1),
+        gemm(3, 130, 48, 2),
+        gemm(8, 4096, 2048, 1),
         gemm(33, 130, 224, 1),
         gemm(130, 257, 160, 2),
         gemm(257, 520, 288, 1),

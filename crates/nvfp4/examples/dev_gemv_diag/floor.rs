@@ -13,7 +13,7 @@
 //! defines) is always timed, and `old` when `NVFP4_DIAG_OLD_GEMV` names another gemv.cu.
 
 use nvfp4::backend::cuda::dev::{with_values_from, DevGemvLaunch, DevModule};
-use nvfp4::backend::cuda::{CudaBackend, DeviceF16, GemvConfig, KernelModule, Prepared};
+use nvfp4::backend::cuda::{CudaBackend, DeviceF16, GemvConfig, GemvForm as Form, KernelModule, Prepared};
 use nvfp4::bench::Timer;
 use nvfp4::check::{compare_outputs, Mode};
 use nvfp4::problem::{bench_shapes, generate, Output, Problem, ProblemKind};
@@ -183,7 +183,7 @@ pub fn gemv_floor() {
         for (vname, module) in &vars {
             let (symbol, _) = nvfp4::backend::cuda::gemv::variant(k, g.a.layout(), nvfp4::OutputDtype::F16);
             let kernel = module.gemv(symbol).unwrap();
-            let c = GemvConfig::choose((m, k, l), g.a.layout(), nvfp4::OutputDtype::F16, sms, |_, smem| {
+            let c = GemvConfig::choose(Form::Gemv, (m, k, l), g.a.layout(), nvfp4::OutputDtype::F16, sms, |_, smem| {
                 kernel.ctas_per_sm(smem).unwrap()
             });
             let mk_set = || {
@@ -267,8 +267,8 @@ pub fn pdl_dependency_check(b: &CudaBackend, source: &str) -> Vec<String> {
     for (name, module) in &modules {
         let kernel = module.gemv("gemv_nvfp4_sm90_plain").unwrap();
         let occ = |_: &'static str, smem: usize| kernel.ctas_per_sm(smem).unwrap();
-        let cfg1 = GemvConfig::choose((m1, k1, 1), ScaleLayout::Plain, nvfp4::OutputDtype::F16, sms, occ);
-        let cfg2 = GemvConfig::choose((m2, k2, 1), ScaleLayout::Plain, nvfp4::OutputDtype::F16, sms, occ);
+        let cfg1 = GemvConfig::choose(Form::Gemv, (m1, k1, 1), ScaleLayout::Plain, nvfp4::OutputDtype::F16, sms, occ);
+        let cfg2 = GemvConfig::choose(Form::Gemv, (m2, k2, 1), ScaleLayout::Plain, nvfp4::OutputDtype::F16, sms, occ);
         assert!(cfg1.tiling.split == 1, "GEMV 1 must need no workspace: {cfg1}");
         let gemv1 = kernel.bind(cfg1.clone(), (&a1, &b1), g1.alpha, &shared.view()).unwrap();
         // Each bound GEMV has a workspace of its own: the two kernels never share one.

@@ -104,7 +104,12 @@ NVFP4_DEVICE bool reduce_pieces(const typename S::Params& p, Consumer<C>& cs, co
   ptx::named_barrier(1, 256);
   if (Cs::ctid() == 0) *flag = ptx::atom_add_acq_rel_gpu(counter, 1u) == (u32)un.pieces - 1;
   ptx::named_barrier(1, 256);
-  if (!*flag) return false;
+  const bool last = *flag;
+  // Every consumer thread reads the flag before thread 0 may write it again: the next unit's
+  // first write above comes after no other barrier when that unit is short (racecheck found it
+  // on the grouped m256n16 stream-K launch).
+  ptx::named_barrier(1, 256);
+  if (!last) return false;
   if (Cs::ctid() == 0) *counter = 0;  // ready for the next launch
   if (staged) {
     sum_staged<C>(cs, sm, un, ws);

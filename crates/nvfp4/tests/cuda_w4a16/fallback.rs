@@ -19,7 +19,7 @@ fn shapes() -> Vec<Shape> {
     let gemm = |m, n, k, l| Shape::Gemm { m, n, k, l };
     let dual = |m, n, k, l| Shape::DualGemm { m, n, k, l };
     vec![
-        gemm(7, 130, 48, 3),
+        gemm(9, 130, 48, 3),
         gemm(130, 1, 16, 1),
         gemm(40, 7, 4112, 1),
         gemm(130, 40, 32, 2),

@@ -10,6 +10,7 @@ use cudarc::driver::CudaFunction;
 
 use super::device::{product_alpha, to_i32, DeviceOp, F16View, Nvfp4View, Workspace, WorkspaceNeeds};
 use super::family::{nvfp4_act, DeviceFacts, Kernels, Launch, Plan, Verdict};
+pub use super::gemv_launch::Form;
 use super::gemv_launch::{takes, GemvLaunch, Operands};
 use super::kernels::gemv::{GEMV, KSTEP_CHUNKS, MAX_WINDOW_BYTES, STAGE_SCALES, STAGE_WORDS};
 use super::overrides::Overrides;
@@ -28,6 +29,9 @@ pub use super::kernels::gemv::{Chunk, ROWS_PER_CTA, THREADS};
 pub struct GemvConfig {
     /// Kernel symbol.
     pub symbol: &'static str,
+    /// The operation it serves: the GEMV, or a GEMM of one activation row (the weight is the
+    /// kernel's matrix).
+    pub form: Form,
     /// Scale layout of both operands.
     pub layout: ScaleLayout,
     /// Bytes of A per lane per K-step.
@@ -65,6 +69,7 @@ impl GemvConfig {
     /// slots, else pieces of it. `occupancy(symbol, smem_bytes)` is the number of CTAs of the
     /// kernel that fit one SM (from the driver; any positive number in tests).
     pub fn choose(
+        form: Form,
         mkl: (usize, usize, usize),
         layout: ScaleLayout,
         out: OutputDtype,
@@ -77,39 +82,48 @@ impl GemvConfig {
         let scales_per_kstep = KSTEP_CHUNKS * chunk.bytes() / 8;
         let max_window =
             (MAX_WINDOW_BYTES / kstep_smem).min(STAGE_WORDS / words_per_kstep).min(STAGE_SCALES / scales_per_kstep);
-        let tiling = Tiling::choose(mkl, chunk, kstep_smem, max_window, sms, |smem| occupancy(symbol, smem));
-        Self { symbol, layout, chunk, mkl, tiling, sms }
+        let tiling = Tiling::choose(mkl, chunk, (kstep_smem, 0), max_window, sms, |smem| occupancy(symbol, smem));
+        Self { symbol, form, layout, chunk, mkl, tiling, sms }
     }
 
     /// Workspace: [`Tiling::scratch`] of the `[L, M]` output.
     pub fn scratch(&self) -> WorkspaceNeeds {
         let (m, _, l) = self.mkl;
-        self.tiling.scratch(m, l)
+        self.tiling.scratch(m, 1, l)
     }
 }
 
 impl fmt::Display for GemvConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (m, k, l) = self.mkl;
-        write!(f, "{} M={m} K={k} L={l}: {} B/lane/K-step, ", self.symbol, self.chunk.bytes())?;
+        write!(f, "{} ({:?} form) M={m} K={k} L={l}: {} B/lane/K-step, ", self.symbol, self.form, self.chunk.bytes())?;
         self.tiling.fmt_split(f, l, self.sms, "B")
     }
 }
 
 /// The GEMV family's verdict: every GEMV whose operands share one scale layout (the kernel
-/// reads both in one; the host path converts B first), with the heuristic's configuration.
-pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, _: &Overrides) -> Result<Verdict> {
-    let Op::Gemv { a, b, c, .. } = op else {
-        return Ok(Verdict::NotItsOp);
-    };
-    let Act::Nvfp4(b) = b else {
-        return Ok(Verdict::Declines("no kernel for a 16-bit vector (W4A16)".into()));
+/// reads both in one; the host path converts B first), and every W4A4 GEMM of one activation row
+/// (its weight is the kernel's matrix, its activation the vector) unless the GEMM's kernel is
+/// forced elsewhere, with the heuristic's configuration.
+pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, overrides: &Overrides) -> Result<Verdict> {
+    let (form, a, b, c) = match op {
+        Op::Gemv { a, b: Act::Nvfp4(b), c, .. } => (Form::Gemv, a, b, c),
+        Op::Gemv { .. } => return Ok(Verdict::Declines("no kernel for a 16-bit vector (W4A16)".into())),
+        Op::Gemm { a: Act::Nvfp4(x), b: w, c, .. } if x.rows == 1 => {
+            if overrides.gemm.is_some() {
+                return Ok(Verdict::Declines("the GEMM's kernel is forced (NVFP4_GEMM_SM90)".into()));
+            }
+            (Form::Gemm, w, x, c)
+        }
+        _ => return Ok(Verdict::NotItsOp),
     };
     if a.layout != b.layout {
         return Ok(Verdict::Declines("A and B must share one scale layout".into()));
     }
     let dtype = c.map_or(OutputDtype::F16, |c| c.dtype);
-    takes(facts, &GEMV, |occupancy| GemvConfig::choose((a.rows, a.k, a.l), a.layout, dtype, facts.sms(), occupancy))
+    takes(facts, &GEMV, |occupancy| {
+        GemvConfig::choose(form, (a.rows, a.k, a.l), a.layout, dtype, facts.sms(), occupancy)
+    })
 }
 
 impl Plan for GemvConfig {
@@ -120,17 +134,19 @@ impl Plan for GemvConfig {
         self.scratch()
     }
     fn bind(&self, k: &dyn Kernels, op: &DeviceOp<'_>, ws: &Workspace) -> Result<Box<dyn Launch>> {
-        let Op::Gemv { a, b, alpha, c } = op else {
-            return Err(Error::Invalid(format!("a GEMV plan bound to a {}", op.name())));
+        let (a, b, alpha, c) = match *op {
+            Op::Gemv { a, ref b, alpha, c } if self.form == Form::Gemv => (a, nvfp4_act(b, "gemv")?, alpha, c),
+            Op::Gemm { ref a, b, alpha, c } if self.form == Form::Gemm => (b, nvfp4_act(a, "gemv")?, alpha, c),
+            _ => return Err(Error::Invalid(format!("a GEMV plan ({:?} form) bound to a {}", self.form, op.name()))),
         };
-        let b = nvfp4_act(b, "gemv")?;
         let f = k.function(&GEMV, self.symbol)?;
-        Ok(Box::new(bind(k.gpu(), self, f, (a, b), *alpha, c, ws)?))
+        Ok(Box::new(bind(k.gpu(), self, f, (a, b), alpha, c, ws)?))
     }
 }
 
 /// Binds `config` (from [`GemvConfig::choose`]) and its kernel `func` to A `[L, M, K]`, B
-/// `[L, 1, K]` (both in the config's scale layout), the output `[L, M, 1]` and `ws`.
+/// `[L, 1, K]` (both in the config's scale layout), the output (`[L, M, 1]`, or `[L, 1, M]` in the
+/// Gemm form, where A is the GEMM's weight and B its activation) and `ws`.
 pub(crate) fn bind(
     gpu: &Gpu,
     config: &GemvConfig,
@@ -150,8 +166,12 @@ pub(crate) fn bind(
     if variant(k, config.layout, c.dtype).0 != config.symbol {
         return Err(Error::Shape(format!("gemv: a {} output needs another kernel than {}", c.dtype, config.symbol)));
     }
-    if c.shape != [l, m, 1] {
-        return Err(Error::Shape(format!("gemv: output is {:?}, wants [{l}, {m}, 1]", c.shape)));
+    let want = match config.form {
+        Form::Gemv => [l, m, 1],
+        Form::Gemm => [l, 1, m],
+    };
+    if c.shape != want {
+        return Err(Error::Shape(format!("gemv: output is {:?}, wants {want:?}", c.shape)));
     }
     to_i32(l * m, "gemv: L * M")?;
     to_i32(m * (k / 2), "gemv: M * K / 2")?;
@@ -161,10 +181,14 @@ pub(crate) fn bind(
         b: b.values,
         sfb: b.scales,
         c: c.addr,
-        alpha: product_alpha(alpha, a, b),
+        // The reference's f32 product: alpha x the activation's x the weight's global scale.
+        alpha: match config.form {
+            Form::Gemv => product_alpha(alpha, a, b),
+            Form::Gemm => product_alpha(alpha, b, a),
+        },
         keep: [a.keep(), b.keep(), c.keep()].into_iter().flatten().collect(),
     };
-    GemvLaunch::new(gpu, (config.symbol, &config.tiling), func, ops, config.mkl, ws, ("gemv", "M"))
+    GemvLaunch::new(gpu, (config.symbol, &config.tiling), func, ops, (config.mkl, 1), ws, ("gemv", "M"))
 }
 
 #[cfg(test)]
@@ -172,7 +196,7 @@ mod tests {
     use super::*;
 
     fn cfg(m: usize, k: usize, l: usize) -> GemvConfig {
-        GemvConfig::choose((m, k, l), ScaleLayout::Plain, OutputDtype::F16, 132, |_, _| 2)
+        GemvConfig::choose(Form::Gemv, (m, k, l), ScaleLayout::Plain, OutputDtype::F16, 132, |_, _| 2)
     }
 
     #[test]

@@ -14,6 +14,16 @@ use super::kernels::KernelModule;
 use super::runtime::{Gpu, LaunchOptions, LaunchShape, StreamHandle};
 use crate::Result;
 
+/// Which operation a GEMV plan serves (the output's shape differs, its memory does not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// `Op::Gemv`: weight `a`, activation vector `b`, output `[L, N, 1]`.
+    Gemv,
+    /// `Op::Gemm` with few activation rows (one for the W4A4 GEMV): activation `a`, weight `b`,
+    /// output `[L, M, N]`.
+    Gemm,
+}
+
 /// The verdict of a GEMV family that takes the operation: the plan `choose` makes, given the
 /// number of CTAs of a kernel of `module` (by symbol and dynamic shared memory) that fit one SM.
 /// The driver's error, if asking it failed, instead.
@@ -59,20 +69,20 @@ pub(crate) struct GemvLaunch {
 }
 
 impl GemvLaunch {
-    /// Binds kernel `func` (`symbol`, planned as `tiling` for `(m, k, l)`: rows, K, batches) to
-    /// `ops` and the workspace `ws`. The family has checked the operands; `names` (the family,
+    /// Binds kernel `func` (`symbol`, planned as `tiling` for `(m, k, l)`: rows, K, batches, and
+    /// `cols` activation rows) to `ops` and the workspace `ws`. The family has checked the operands; `names` (the family,
     /// its name for the rows) word an index that does not fit the kernel's 32 bits.
     pub(crate) fn new(
         gpu: &Gpu,
         (symbol, tiling): (&'static str, &Tiling),
         func: CudaFunction,
         ops: Operands,
-        (m, k, l): (usize, usize, usize),
+        ((m, k, l), cols): ((usize, usize, usize), usize),
         ws: &Workspace,
         (family, rows): (&str, &str),
     ) -> Result<Self> {
         gpu.allow_smem(&func, tiling.smem_bytes)?;
-        let needs = tiling.scratch(m, l);
+        let needs = tiling.scratch(m, cols, l);
         let int = |x: usize, what: &str| to_i32(x, &format!("{family}: {what}"));
         let params = GemvParams {
             a: ops.a,
@@ -92,7 +102,7 @@ impl GemvLaunch {
             window_ksteps: int(tiling.window_ksteps, "window")?,
             tiles: int(tiling.tiles, "tiles")?,
             tiles_per_cta: int(tiling.tiles_per_cta, "tiles per CTA")?,
-            reserved: 0,
+            cols: int(cols, "activation rows")?,
         };
         let keep = ops.keep.into_iter().chain([ws.keep()]).collect();
         Ok(Self { symbol, grid: tiling.grid, smem_bytes: tiling.smem_bytes, func, params, keep })

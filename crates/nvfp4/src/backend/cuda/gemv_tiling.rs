@@ -36,7 +36,8 @@ pub struct Tiling {
 
 impl Tiling {
     /// The heuristic for `rows` x `k` x `l` in chunks of `chunk`, a window taking `kstep_smem`
-    /// bytes per K-step and at most `max_window` K-steps, on `sms` SMs; `occupancy(smem)` is the
+    /// bytes per K-step and at most `max_window` K-steps (and `fixed_smem` bytes beside it), on
+    /// `sms` SMs; `occupancy(smem)` is the
     /// number of CTAs of the kernel that fit one SM with `smem` bytes of dynamic shared memory
     /// (from the driver; any positive number in tests).
     ///
@@ -51,7 +52,7 @@ impl Tiling {
     pub fn choose(
         (rows, k, l): (usize, usize, usize),
         chunk: Chunk,
-        kstep_smem: usize,
+        (kstep_smem, fixed_smem): (usize, usize),
         max_window: usize,
         sms: usize,
         occupancy: impl FnOnce(usize) -> usize,
@@ -63,7 +64,7 @@ impl Tiling {
         let ksteps = chunks.div_ceil(KSTEP_CHUNKS);
         let max_window = max_window.max(1);
 
-        let first_smem = ksteps.min(max_window) * kstep_smem;
+        let first_smem = ksteps.min(max_window) * kstep_smem + fixed_smem;
         let ctas_per_sm = occupancy(first_smem).max(1);
         let slots = sms.max(1) * ctas_per_sm;
         let base = row_ctas * l;
@@ -83,18 +84,18 @@ impl Tiling {
             tiles,
             tiles_per_cta,
             grid,
-            smem_bytes: window_ksteps * kstep_smem,
+            smem_bytes: window_ksteps * kstep_smem + fixed_smem,
             ctas_per_sm,
         }
     }
 }
 
 impl Tiling {
-    /// Workspace of `rows` x `l` outputs: split-K partial sums `[split, L, rows]` f32 at scratch
-    /// offset 0 and one arrival counter per row tile and batch (none without split).
-    pub fn scratch(&self, rows: usize, l: usize) -> WorkspaceNeeds {
+    /// Workspace of `rows` x `cols` x `l` outputs: split-K partial sums `[split, L, cols, rows]`
+    /// f32 at scratch offset 0 and one arrival counter per row tile and batch (none without split).
+    pub fn scratch(&self, rows: usize, cols: usize, l: usize) -> WorkspaceNeeds {
         if self.split > 1 {
-            WorkspaceNeeds { bytes: self.split * l * rows * 4, counters: l * self.row_ctas }
+            WorkspaceNeeds { bytes: self.split * l * cols * rows * 4, counters: l * self.row_ctas }
         } else {
             WorkspaceNeeds::default()
         }
@@ -127,7 +128,7 @@ mod tests {
 
     fn t(rows: usize, k: usize, l: usize) -> Tiling {
         let chunk = if k.is_multiple_of(32) { Chunk::B16 } else { Chunk::B8 };
-        Tiling::choose((rows, k, l), chunk, 1000, 16, 132, |_| 2)
+        Tiling::choose((rows, k, l), chunk, (1000, 0), 16, 132, |_| 2)
     }
 
     #[test]

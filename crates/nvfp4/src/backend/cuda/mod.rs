@@ -66,7 +66,7 @@ pub use device_op::BoundOp;
 pub use fallback::MmaConfig;
 pub use family::{DeviceFacts, Modeled};
 pub use floors::{Floors, ReadKernel, ReadSetting, ReadSource, ReadSums};
-pub use gemv::GemvConfig;
+pub use gemv::{Form as GemvForm, GemvConfig};
 pub use kernels::KernelModule;
 pub use overrides::Overrides;
 pub use packed::{packed_bytes, DevicePacked};

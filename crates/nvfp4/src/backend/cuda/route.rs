@@ -99,14 +99,17 @@ mod tests {
         shapes.into_iter().flat_map(|s| [(s.clone(), ScaleLayout::Plain), (s, ScaleLayout::Blocked)]).collect()
     }
 
-    /// The family each operation must take: the GEMV its kernel; a GEMM the small kernel where
+    /// The family each operation must take: the GEMV and a GEMM of one row the GEMV kernel, of up
+    /// to 8 rows the W4A16 GEMV's `_cols` kernels (NVFP4 activations decoded); a GEMM the small
+    /// kernel where
     /// that measured faster, else the skeleton where its rules allow, else the fallback; a dual
     /// GEMM the skeleton or the fallback; a list of groups the grouped launch when every group
     /// suits it, else the fallback; the MoE form the grouped launch or nothing.
     fn expected(shape: &Shape) -> Option<&'static str> {
         let sm90_takes = |kind, mnkl| rejects(kind, mnkl, None).is_none();
         Some(match *shape {
-            Shape::Gemv { .. } => "gemv",
+            Shape::Gemv { .. } | Shape::Gemm { m: 1, .. } => "gemv",
+            Shape::Gemm { m, .. } if m <= crate::backend::cuda::kernels::gemv16::MAX_COLS => "gemv16",
             Shape::Gemm { m, n, k, l } if small::chosen((m, n, k, l), 132, None) => "small",
             Shape::Gemm { m, n, k, l } if sm90_takes(Kind::Gemm, (m, n, k, l)) => "sm90",
             Shape::DualGemm { m, n, k, l } if sm90_takes(Kind::Dual, (m, n, k, l)) => "sm90",

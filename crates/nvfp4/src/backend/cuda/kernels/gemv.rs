@@ -127,9 +127,9 @@ kernel_struct! {
         b: u64 => "const u8*",
         /// [L, 1, K/16] or [L, 1, C, 512]; W4A16: unused (0)
         sfb: u64 => "const u8*",
-        /// [L, M] f16, or bf16 in the `_bf16` / `_to_bf16` kernels
+        /// [L, cols, M] f16, or bf16 in the `_bf16` / `_to_bf16` kernels
         c: u64 => "u16*",
-        /// [split, L, M] f32, split-K partial sums
+        /// [split, L, cols, M] f32, split-K partial sums
         partial: u64 => "float*",
         /// [L, row_ctas], zero between launches
         counters: u64 => "u32*",
@@ -150,7 +150,9 @@ kernel_struct! {
         /// row_ctas * l * split
         tiles: i32 => "i32",
         tiles_per_cta: i32 => "i32",
-        reserved: i32 => "i32",
+        /// activation rows (output columns): 1, or 2..=8 in gemv16.cu's `_cols` kernels, which
+        /// read b as [L, cols, K]
+        cols: i32 => "i32",
     }
 }
 

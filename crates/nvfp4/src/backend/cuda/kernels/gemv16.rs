@@ -33,25 +33,55 @@ pub fn cuda_sizes() -> String {
             ("ROWS_PER_CTA", ROWS_PER_CTA),
             ("KSTEP_CHUNKS", KSTEP_CHUNKS),
             ("STAGE_LOADS_PER_THREAD", STAGE_LOADS_PER_THREAD),
+            ("COLS_ROW_PAD", COLS_ROW_PAD),
         ],
         "an activation window (backend/cuda/kernels/gemv16.rs,\n// x_smem_per_chunk), by bytes of weights per thread per row per K-step",
         x_smem_per_chunk,
     )
 }
 
+/// Activation rows the `_cols` kernels take: the 8 columns of one mma.sync n8 tile.
+pub const MAX_COLS: usize = 8;
+
+/// Bytes between two activation rows of a `_cols` window beyond a row's size: 64 so that a
+/// quarter warp's 16-byte reads of two rows fall in distinct banks (a row's size is a multiple of
+/// 128).
+pub const COLS_ROW_PAD: usize = 64;
+/// Bytes of activation a `_cols` window may hold, padding included (two CTAs per SM fit with
+/// their static shared memory).
+pub const MAX_COLS_WINDOW_BYTES: usize = 96 * 1024;
+
+/// The activation a kernel reads: 16-bit (W4A16), or NVFP4 in the weight's scale layout (the W4A4
+/// GEMM of 2 to [`MAX_COLS`] rows, decoded to f16 as it is staged).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XType {
+    /// f16 or bf16.
+    Dense(OutputDtype),
+    /// NVFP4 values and scales.
+    Nvfp4,
+}
+
 /// The kernel of a variant: activation type x scale layout x chunk (16 B when K % 32 == 0, else
-/// 8 B) x output type.
-pub fn symbol(act: OutputDtype, layout: ScaleLayout, chunk: Chunk, out: OutputDtype) -> &'static str {
+/// 8 B) x output type, for one activation row (x staged in shared memory) or `cols` > 1 (the
+/// `_cols` kernels: a window of every row, column g of the MMA from row g; an NVFP4 activation
+/// has only these).
+pub fn symbol(act: XType, layout: ScaleLayout, chunk: Chunk, out: OutputDtype, cols: usize) -> &'static str {
     let index = |d: OutputDtype| usize::from(d == OutputDtype::Bf16);
-    let i = 8 * index(act)
+    let (rows, act) = match act {
+        XType::Dense(d) => (usize::from(cols > 1), index(d)),
+        XType::Nvfp4 => (2, 0),
+    };
+    let i = 16 * rows
+        + 8 * act
         + 4 * index(out)
         + 2 * usize::from(chunk == Chunk::B8)
         + usize::from(layout == ScaleLayout::Blocked);
     SYMBOLS[i]
 }
 
-/// In `symbol`'s order: activation, output, chunk, layout (the last varying fastest).
-const SYMBOLS: [&str; 16] = [
+/// In `symbol`'s order: rows (and the NVFP4 activation last), activation, output, chunk, layout
+/// (the last varying fastest).
+const SYMBOLS: [&str; 40] = [
     "gemv16_nvfp4_sm90_f16_plain_to_f16",
     "gemv16_nvfp4_sm90_f16_blocked_to_f16",
     "gemv16_nvfp4_sm90_f16_plain_k16_to_f16",
@@ -68,6 +98,30 @@ const SYMBOLS: [&str; 16] = [
     "gemv16_nvfp4_sm90_bf16_blocked_to_bf16",
     "gemv16_nvfp4_sm90_bf16_plain_k16_to_bf16",
     "gemv16_nvfp4_sm90_bf16_blocked_k16_to_bf16",
+    "gemv16_nvfp4_sm90_f16_plain_to_f16_cols",
+    "gemv16_nvfp4_sm90_f16_blocked_to_f16_cols",
+    "gemv16_nvfp4_sm90_f16_plain_k16_to_f16_cols",
+    "gemv16_nvfp4_sm90_f16_blocked_k16_to_f16_cols",
+    "gemv16_nvfp4_sm90_f16_plain_to_bf16_cols",
+    "gemv16_nvfp4_sm90_f16_blocked_to_bf16_cols",
+    "gemv16_nvfp4_sm90_f16_plain_k16_to_bf16_cols",
+    "gemv16_nvfp4_sm90_f16_blocked_k16_to_bf16_cols",
+    "gemv16_nvfp4_sm90_bf16_plain_to_f16_cols",
+    "gemv16_nvfp4_sm90_bf16_blocked_to_f16_cols",
+    "gemv16_nvfp4_sm90_bf16_plain_k16_to_f16_cols",
+    "gemv16_nvfp4_sm90_bf16_blocked_k16_to_f16_cols",
+    "gemv16_nvfp4_sm90_bf16_plain_to_bf16_cols",
+    "gemv16_nvfp4_sm90_bf16_blocked_to_bf16_cols",
+    "gemv16_nvfp4_sm90_bf16_plain_k16_to_bf16_cols",
+    "gemv16_nvfp4_sm90_bf16_blocked_k16_to_bf16_cols",
+    "gemv16_nvfp4_sm90_nvfp4_plain_to_f16_cols",
+    "gemv16_nvfp4_sm90_nvfp4_blocked_to_f16_cols",
+    "gemv16_nvfp4_sm90_nvfp4_plain_k16_to_f16_cols",
+    "gemv16_nvfp4_sm90_nvfp4_blocked_k16_to_f16_cols",
+    "gemv16_nvfp4_sm90_nvfp4_plain_to_bf16_cols",
+    "gemv16_nvfp4_sm90_nvfp4_blocked_to_bf16_cols",
+    "gemv16_nvfp4_sm90_nvfp4_plain_k16_to_bf16_cols",
+    "gemv16_nvfp4_sm90_nvfp4_blocked_k16_to_bf16_cols",
 ];
 
 /// The W4A16 GEMV kernels.
@@ -84,20 +138,31 @@ mod tests {
         assert_eq!(MAX_WINDOW_BYTES, 32 * 1024);
         let h = cuda_sizes();
         assert!(h.contains("constexpr int STAGE_LOADS_PER_THREAD = 8;\n"), "{h}");
+        assert!(h.contains("constexpr int COLS_ROW_PAD = 64;\n"), "{h}");
         assert!(h.contains("template <> struct WindowChunk<16> { static constexpr int BYTES = 64; };"), "{h}");
         let (f, b) = (OutputDtype::F16, OutputDtype::Bf16);
-        assert_eq!(symbol(f, ScaleLayout::Plain, Chunk::B16, f), "gemv16_nvfp4_sm90_f16_plain_to_f16");
-        assert_eq!(symbol(b, ScaleLayout::Blocked, Chunk::B8, f), "gemv16_nvfp4_sm90_bf16_blocked_k16_to_f16");
-        assert_eq!(symbol(f, ScaleLayout::Blocked, Chunk::B16, b), "gemv16_nvfp4_sm90_f16_blocked_to_bf16");
-        assert_eq!(symbol(b, ScaleLayout::Plain, Chunk::B8, b), "gemv16_nvfp4_sm90_bf16_plain_k16_to_bf16");
+        let (xf, xb) = (XType::Dense(f), XType::Dense(b));
+        assert_eq!(symbol(xf, ScaleLayout::Plain, Chunk::B16, f, 1), "gemv16_nvfp4_sm90_f16_plain_to_f16");
+        assert_eq!(symbol(xb, ScaleLayout::Blocked, Chunk::B8, f, 1), "gemv16_nvfp4_sm90_bf16_blocked_k16_to_f16");
+        assert_eq!(symbol(xf, ScaleLayout::Blocked, Chunk::B16, b, 1), "gemv16_nvfp4_sm90_f16_blocked_to_bf16");
+        assert_eq!(symbol(xb, ScaleLayout::Plain, Chunk::B8, b, 1), "gemv16_nvfp4_sm90_bf16_plain_k16_to_bf16");
+        assert_eq!(symbol(xb, ScaleLayout::Plain, Chunk::B16, f, 8), "gemv16_nvfp4_sm90_bf16_plain_to_f16_cols");
+        let x4 = XType::Nvfp4;
+        assert_eq!(
+            symbol(x4, ScaleLayout::Blocked, Chunk::B8, b, 2),
+            "gemv16_nvfp4_sm90_nvfp4_blocked_k16_to_bf16_cols"
+        );
         // Every variant has its own kernel.
         let mut all = Vec::new();
-        for act in [f, b] {
-            for out in [f, b] {
-                for chunk in Chunk::ALL {
-                    for layout in [ScaleLayout::Plain, ScaleLayout::Blocked] {
-                        all.push(symbol(act, layout, chunk, out));
+        for out in [f, b] {
+            for chunk in Chunk::ALL {
+                for layout in [ScaleLayout::Plain, ScaleLayout::Blocked] {
+                    for act in [xf, xb] {
+                        for cols in [1, MAX_COLS] {
+                            all.push(symbol(act, layout, chunk, out, cols));
+                        }
                     }
+                    all.push(symbol(x4, layout, chunk, out, MAX_COLS));
                 }
             }
         }

@@ -181,11 +181,12 @@ mod tests {
     /// its own kernel; K that the skeleton cannot take goes to the W4A16 fallback.
     #[test]
     fn w4a16_routes_to_the_w4a16_kernels() {
-        // (One activation row goes to the W4A16 GEMV family, asked before the skeleton.)
+        // (A GEMM of up to 8 activation rows goes to the W4A16 GEMV family, asked before the
+        // skeleton.)
         let cases = [
-            (Shape::Gemm { m: 2, n: 8192, k: 8192, l: 1 }, "sm90", "gemm"),
+            (Shape::Gemm { m: 9, n: 8192, k: 8192, l: 1 }, "sm90", "gemm"),
             (Shape::Gemm { m: 4096, n: 1024, k: 8192, l: 1 }, "sm90", "gemm"),
-            (Shape::Gemm { m: 7, n: 300, k: 96, l: 3 }, "sm90", "gemm"),
+            (Shape::Gemm { m: 12, n: 300, k: 96, l: 3 }, "sm90", "gemm"),
             (Shape::DualGemm { m: 256, n: 4096, k: 7168, l: 1 }, "sm90", "dual_gemm"),
             (Shape::GroupedGemm { groups: vec![(40, 512, 256), (512, 384, 256)] }, "grouped", "grouped_gemm"),
             (Shape::Moe { n: 384, k: 512, counts: vec![40, 0, 76, 8] }, "grouped", "grouped_gemm"),
@@ -205,7 +206,7 @@ mod tests {
         let one = Shape::Gemm { m: 1, n: 8192, k: 8192, l: 1 }.op_meta_in(ScaleLayout::Plain, Some(OutputDtype::Bf16));
         assert_eq!(route(&one, &Modeled::HOPPER, &Overrides::NONE).unwrap().family(), "gemv16");
         // K the skeleton cannot load goes to the W4A16 fallback, the skeleton's rule printed.
-        let k48 = Shape::Gemm { m: 8, n: 64, k: 48, l: 1 }.op_meta_in(ScaleLayout::Plain, Some(OutputDtype::Bf16));
+        let k48 = Shape::Gemm { m: 9, n: 64, k: 48, l: 1 }.op_meta_in(ScaleLayout::Plain, Some(OutputDtype::Bf16));
         let r = route(&k48, &Modeled::HOPPER, &Overrides::NONE).unwrap();
         assert_eq!(r.family(), "fallback", "{r}");
         assert!(r.plan().starts_with("gemm_w4a16bf16_sm90_mma") && r.to_string().contains("K = 48"), "{r}");
