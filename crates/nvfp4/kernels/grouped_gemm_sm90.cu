@@ -16,7 +16,7 @@ extern "C" __global__ void __launch_bounds__(sm90::BUILD_THREADS)
   static_assert(sm90::BUILD_THREADS == sm90::DECODE_X_THREADS, "one block shape for both jobs");
   ptx::launch_dependents();  // the main kernel may start its setup; it waits for the table
   if (blockIdx.x == 0) {
-    sm90::build_units(p.build);
+    sm90::build_units<sm90::BUILD_THREADS>(p.build);
     return;
   }
   // The operand this block decodes: the last one whose blocks start at or before it.

@@ -23,6 +23,10 @@
 
 namespace sm90 {
 
+// The fewest k-steps of a CTA's share when the launch has fewer than that many per CTA (the
+// builder then shares them among fewer CTAs; the kernel alone reads this).
+constexpr i64 MIN_SHARE = 4;
+
 // One segment, resolved.
 struct Segment {
   i32 prob, l, x_base, x_end, tiles_w, k_iters;
@@ -52,9 +56,11 @@ NVFP4_DEVICE Segment segment_of(const GroupedBuild& b, i32 s) {
   return r;
 }
 
-// Exclusive prefix sum over the block (BUILD_THREADS threads); `total` gets the block's sum.
+// Exclusive prefix sum over the block (THREADS threads); `total` gets the block's sum.
+template <int THREADS>
 NVFP4_DEVICE i64 block_scan(i64 v, i64& total) {
-  constexpr int WARPS = BUILD_THREADS / 32;
+  constexpr int WARPS = THREADS / 32;
+  static_assert(THREADS % 32 == 0 && WARPS <= 32, "warp 0 scans the warps' sums");
   __shared__ i64 warp_sums[WARPS];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   i64 x = v;
@@ -81,13 +87,16 @@ NVFP4_DEVICE i64 block_scan(i64 v, i64& total) {
   return before + x - v;
 }
 
-// Writes the table (one block of BUILD_THREADS threads).
+// Writes the table (one block of THREADS threads: BUILD_THREADS in the W4A4 pre-pass, whose other
+// blocks decode; TABLE_THREADS in the W4A16 table kernel, where more threads mean fewer of the
+// latency-bound passes below on the launch's critical path).
+template <int THREADS>
 NVFP4_DEVICE void build_units(const GroupedBuild& b) {
   __shared__ i32 tg_start[MAX_SEGMENTS + 1];  // first tile group of each segment
   __shared__ i64 ks_start[MAX_SEGMENTS + 1];  // its first k-step
   const i32 n = b.segments, tid = threadIdx.x;
   i64 tg_run = 0, ks_run = 0;
-  for (i32 s0 = 0; s0 < n; s0 += BUILD_THREADS) {
+  for (i32 s0 = 0; s0 < n; s0 += THREADS) {
     const i32 s = s0 + tid;
     i64 tg = 0, ks = 0, tg_sum, ks_sum;
     if (s < n) {
@@ -95,7 +104,7 @@ NVFP4_DEVICE void build_units(const GroupedBuild& b) {
       tg = (i64)((g.x_end - g.x_base + b.bn - 1) / b.bn) * g.tiles_w;
       ks = tg * g.k_iters;
     }
-    const i64 tg_before = block_scan(tg, tg_sum), ks_before = block_scan(ks, ks_sum);
+    const i64 tg_before = block_scan<THREADS>(tg, tg_sum), ks_before = block_scan<THREADS>(ks, ks_sum);
     if (s < n) {
       tg_start[s] = (i32)(tg_run + tg_before);
       ks_start[s] = ks_run + ks_before;
@@ -103,14 +112,25 @@ NVFP4_DEVICE void build_units(const GroupedBuild& b) {
     tg_run += tg_sum;
     ks_run += ks_sum;
   }
-  for (i32 c = tid; c <= b.slots; c += BUILD_THREADS) b.slot_first[c] = -1;
+  for (i32 c = tid; c <= b.slots; c += THREADS) b.slot_first[c] = -1;
   __syncthreads();
 
-  const i64 total = ks_run, slots = b.slots;
-  const auto first = [&](i64 c) { return c * total / slots; };                    // CTA c's first k-step
-  const auto owner = [&](i64 i) { return (i32)(((i + 1) * slots - 1) / total); };  // the CTA owning k-step i
+  // A launch of few k-steps is not cut finer than MIN_SHARE k-steps per CTA: cut into the
+  // launch's every CTA, a 2-expert call of 16 k-steps ran 132 pieces and their fix-ups (26 us on
+  // an H200, for what one CTA per tile group does at once). The CTAs past `slots` get no share.
+  const i64 total = ks_run, slots = min((i64)b.slots, max(total / MIN_SHARE, (i64)1));
+  // 32-bit quotients when every product below fits (c <= slots, i < total): a 64-bit division is
+  // a long subroutine, and this kernel's time is on the launch's critical path (the pieces loop
+  // below took ~8 us of a decode-sized MoE launch's ~11 us builder with 64-bit ones, H200).
+  const bool narrow = (total + 1) * (slots + 1) < (i64(1) << 32);
+  const auto first = [&](i64 c) -> i64 {  // CTA c's first k-step
+    return narrow ? (i64)((u32)(c * total) / (u32)slots) : c * total / slots;
+  };
+  const auto owner = [&](i64 i) -> i32 {  // the CTA owning k-step i
+    return narrow ? (i32)((u32)((i + 1) * slots - 1) / (u32)total) : (i32)(((i + 1) * slots - 1) / total);
+  };
   i64 written = 0;
-  for (i32 t0 = 0; total > 0 && t0 < (i32)tg_run; t0 += BUILD_THREADS) {
+  for (i32 t0 = 0; total > 0 && t0 < (i32)tg_run; t0 += THREADS) {
     const i32 t = t0 + tid;
     Segment g{};
     i32 local = 0, pieces = 0;
@@ -132,13 +152,14 @@ NVFP4_DEVICE void build_units(const GroupedBuild& b) {
       pieces = owner(k_first + g.k_iters - 1) - owner(k_first) + 1;
     }
     i64 chunk;
-    const i64 p0 = written + block_scan(pieces, chunk);
+    const i64 p0 = written + block_scan<THREADS>(pieces, chunk);
     if (pieces > 0) {
       // W tiles vary fastest: consecutive CTAs share the X tile in L2.
       const i32 xt = local / g.tiles_w, tw = local % g.tiles_w, o0 = owner(k_first);
+      i64 f0 = first(o0);  // first(c), carried: one quotient per piece
       for (i32 j = 0; j < pieces; ++j) {
-        const i64 idx = p0 + j, c = o0 + j;
-        const i64 k0 = max(k_first, first(c)), k1 = min(k_first + g.k_iters, first(c + 1));
+        const i64 idx = p0 + j, c = o0 + j, f1 = first(c + 1);
+        const i64 k0 = max(k_first, f0), k1 = min(k_first + g.k_iters, f1);
         if (idx < b.max_units) {
           GroupedUnit u;
           u.prob = g.prob;
@@ -150,8 +171,9 @@ NVFP4_DEVICE void build_units(const GroupedBuild& b) {
           u.ks = (i32)(k0 - k_first) | (i32)(k1 - k_first) << 16;
           u.pad = 0;
           b.units[idx] = u;
-          if (k0 == first(c)) b.slot_first[c] = (i32)idx;
+          if (k0 == f0) b.slot_first[c] = (i32)idx;
         }
+        f0 = f1;
       }
     }
     written += chunk;

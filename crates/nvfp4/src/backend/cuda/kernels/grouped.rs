@@ -6,7 +6,7 @@
 
 use crate::backend::cuda::runtime::kernel_struct;
 
-pub use super::sm90::{BUILD_THREADS, GROUPED_SM90, MAX_SEGMENTS, PREPARE_SYMBOL, TABLE_SYMBOL};
+pub use super::sm90::{BUILD_THREADS, GROUPED_SM90, MAX_SEGMENTS, PREPARE_SYMBOL, TABLE_SYMBOL, TABLE_THREADS};
 
 kernel_struct! {
     /// One piece of work of a grouped launch: a tile of one group over a range of k-steps,

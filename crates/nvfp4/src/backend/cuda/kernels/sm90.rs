@@ -41,6 +41,10 @@ pub const CONSUMER_REGS: u32 = 208;
 pub const DECODE_X_THREADS: u32 = 256;
 /// Threads of the grouped pre-pass's table builder (its block 0; the decode blocks have as many).
 pub const BUILD_THREADS: u32 = DECODE_X_THREADS;
+/// Threads of the W4A16 grouped launch's table kernel (a block of its own): the builder's passes
+/// over the tile groups are latency-bound, so more threads, fewer passes (a decode-sized MoE
+/// launch spent ~8 of its builder's ~10 µs in three passes of 256, H200).
+pub const TABLE_THREADS: u32 = 1024;
 /// Most groups (or experts) of one grouped launch: the builder's prefix sums live in shared
 /// memory.
 pub const MAX_SEGMENTS: usize = 1024;
@@ -526,7 +530,7 @@ kernel_struct! {
 /// variant list as an X-macro.
 pub fn cuda_sizes() -> String {
     let mut s = String::from("namespace sm90 {\n");
-    let consts: [(&str, i64); 24] = [
+    let consts: [(&str, i64); 25] = [
         ("THREADS", THREADS as i64),
         ("BK", BK as i64),
         ("SUB", SUB as i64),
@@ -550,6 +554,7 @@ pub fn cuda_sizes() -> String {
         ("K_STREAM", K_STREAM as i64),
         ("K_CLUSTER", K_CLUSTER as i64),
         ("BUILD_THREADS", BUILD_THREADS as i64),
+        ("TABLE_THREADS", TABLE_THREADS as i64),
         ("MAX_SEGMENTS", MAX_SEGMENTS as i64),
     ];
     for (name, v) in consts {

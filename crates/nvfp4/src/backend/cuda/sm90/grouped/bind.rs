@@ -16,6 +16,7 @@ use crate::backend::cuda::device::{F16View, F32View, I32View, Keep, Nvfp4View, O
 use crate::backend::cuda::family::Launch;
 use crate::backend::cuda::kernels::grouped::{
     GroupSegment, GroupedBuild, GroupedPrepParams, Sm90GroupedParams, BUILD_THREADS, PREPARE_SYMBOL, TABLE_SYMBOL,
+    TABLE_THREADS,
 };
 use crate::backend::cuda::kernels::pdl_ready;
 use crate::backend::cuda::kernels::sm90::{XDecodeParams, XKind, BK, DECODE_BIAS, THREADS};
@@ -237,11 +238,12 @@ pub(crate) fn bind_grouped(
         workspace: ws.at(scratch.partials.0, scratch.partials.1)?,
         counters: ws.counters(plan.grid)?,
     };
-    // Block 0 builds the table, the others decode (W4A4; W4A16 launches block 0 alone). The main
-    // kernel starts while the first kernel runs (barrier setup) and waits for it before reading
-    // the table.
+    // Block 0 builds the table, the others decode (W4A4; W4A16 launches the table kernel, one
+    // block of TABLE_THREADS). The main kernel starts while the first kernel runs (barrier setup)
+    // and waits for it before reading the table.
+    let first_threads = if matches!(first, First::Table(_)) { TABLE_THREADS } else { BUILD_THREADS };
     let shapes = (
-        LaunchShape::linear(to_i32(blocks + 1, "pre-pass blocks")? as u32, BUILD_THREADS, 0),
+        LaunchShape::linear(to_i32(blocks + 1, "pre-pass blocks")? as u32, first_threads, 0),
         LaunchShape::linear(plan.grid as u32, THREADS, plan.smem_bytes() as u32)
             .with(LaunchOptions { dependent: true, cluster_x: 1 }),
     );
