@@ -11,7 +11,7 @@ use cudarc::driver::CudaFunction;
 use super::device::{product_alpha, to_i32, DeviceOp, F16View, Nvfp4View, Workspace, WorkspaceNeeds};
 use super::family::{nvfp4_act, DeviceFacts, Kernels, Launch, Plan, Verdict};
 pub use super::gemv_launch::Form;
-use super::gemv_launch::{takes, GemvLaunch, Operands};
+use super::gemv_launch::{beyond_i32, takes, GemvLaunch, Operands};
 use super::kernels::gemv::{GEMV, KSTEP_CHUNKS, MAX_WINDOW_BYTES, STAGE_SCALES, STAGE_WORDS};
 use super::overrides::Overrides;
 use super::runtime::Gpu;
@@ -104,7 +104,8 @@ impl fmt::Display for GemvConfig {
 /// The GEMV family's verdict: every GEMV whose operands share one scale layout (the kernel
 /// reads both in one; the host path converts B first), and every W4A4 GEMM of one activation row
 /// (its weight is the kernel's matrix, its activation the vector) unless the GEMM's kernel is
-/// forced elsewhere, with the heuristic's configuration.
+/// forced elsewhere or the shape is past the kernel's 32-bit offsets, with the heuristic's
+/// configuration.
 pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, overrides: &Overrides) -> Result<Verdict> {
     let (form, a, b, c) = match op {
         Op::Gemv { a, b: Act::Nvfp4(b), c, .. } => (Form::Gemv, a, b, c),
@@ -112,6 +113,9 @@ pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, overrides: &Overrides)
         Op::Gemm { a: Act::Nvfp4(x), b: w, c, .. } if x.rows == 1 => {
             if overrides.gemm.is_some() {
                 return Ok(Verdict::Declines("the GEMM's kernel is forced (NVFP4_GEMM_SM90)".into()));
+            }
+            if let Some(why) = beyond_i32((w.rows, w.k, w.l), 1) {
+                return Ok(Verdict::Declines(why));
             }
             (Form::Gemm, w, x, c)
         }

@@ -5,9 +5,10 @@
 //! `b` `[L, 1, K]` (the matrix `a` is the NVFP4 weight, output `[L, N, 1]`), and `Op::Gemm` with a
 //! dense activation `a` of one row `[L, 1, K]` (the weight is `b`, output `[L, 1, N]`, the same
 //! memory), or of 2 to [`MAX_COLS`] rows (output `[L, M, N]`: the `_cols` kernels, whose MMA
-//! columns are the activation rows). The plan is the W4A4 GEMV's tiling ([`Tiling`]) with the
-//! activation's window (none for the `_cols` kernels: each thread loads its own activation chunk);
-//! the kernel is chosen by rows, activation type, scale layout, chunk and output type.
+//! columns are the activation rows; a W4A4 GEMM's NVFP4 rows too, decoded as they are staged). The
+//! plan is the W4A4 GEMV's tiling ([`Tiling`]) with the activation's window (for the `_cols`
+//! kernels a window of every row); the kernel is chosen by rows, activation type, scale layout,
+//! chunk and output type.
 
 use std::fmt;
 
@@ -16,7 +17,7 @@ use cudarc::driver::CudaFunction;
 use super::device::{product_alpha, to_i32, DeviceOp, F16View, Nvfp4View, Workspace, WorkspaceNeeds};
 use super::family::{DeviceFacts, Kernels, Launch, Plan, Verdict};
 pub use super::gemv_launch::Form;
-use super::gemv_launch::{takes, GemvLaunch, Operands};
+use super::gemv_launch::{beyond_i32, takes, GemvLaunch, Operands};
 use super::gemv_tiling::Tiling;
 use super::kernels::gemv16::{
     symbol, x_smem_per_chunk, Chunk, XType, COLS_ROW_PAD, GEMV16, KSTEP_CHUNKS, MAX_COLS, MAX_COLS_WINDOW_BYTES,
@@ -109,7 +110,8 @@ impl fmt::Display for Gemv16Config {
 /// The family's verdict: a GEMV whose vector is 16-bit, a GEMM whose 16-bit activation has at
 /// most [`MAX_COLS`] rows, and a W4A4 GEMM of 2 to [`MAX_COLS`] rows whose operands share a scale
 /// layout (the W4A4 GEMV takes one row); a GEMM of more than one row only while the GEMM's kernel
-/// is not forced elsewhere. The other operations are not its.
+/// is not forced elsewhere, and no GEMM past the kernels' 32-bit offsets. The other operations are
+/// not its.
 pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, overrides: &Overrides) -> Result<Verdict> {
     let (form, w, act, cols, c) = match op {
         Op::Gemv { a, b: Act::Dense(x), c, .. } => (Form::Gemv, a, XType::Dense(x.dtype), x.shape[1], c),
@@ -129,6 +131,10 @@ pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, overrides: &Overrides)
     }
     if cols > 1 && overrides.gemm.is_some() {
         return Ok(Verdict::Declines("M > 1 and the GEMM's kernel is forced (NVFP4_GEMM_SM90)".into()));
+    }
+    // A GEMM past the kernel's 32-bit offsets goes to a family with 64-bit ones (a GEMV has none).
+    if let Some(why) = beyond_i32((w.rows, w.k, w.l), cols).filter(|_| form == Form::Gemm) {
+        return Ok(Verdict::Declines(why));
     }
     let out = c.map_or(
         match act {
@@ -332,6 +338,14 @@ mod tests {
             Err(e) => e.to_string(),
         };
         assert!(said.contains("gemv16: at most 8 activation rows, has M = 16"), "{said}");
+        // A GEMM past the kernels' 32-bit offsets (a 2 GiB weight) goes to a kernel with 64-bit
+        // ones, in both modes and with one row.
+        for (m, act) in [(4, Some(BF16)), (1, Some(BF16)), (4, None), (1, None)] {
+            let huge = Shape::Gemm { m, n: 262144, k: 16384, l: 1 };
+            let r = run(huge, ScaleLayout::Plain, act).unwrap();
+            assert!(!["gemv", "gemv16"].contains(&r.family()), "{r}");
+            assert!(r.to_string().contains("exceeds the GEMV kernels' 32-bit offsets"), "{r}");
+        }
         // A forced GEMM kernel takes the rows the `_cols` kernels would (so the two can be timed).
         let four = Shape::Gemm { m: 4, n: 256, k: 256, l: 1 }.op_meta_in(ScaleLayout::Plain, Some(BF16));
         let forced = route_op(&four, &Modeled::HOPPER, &Overrides::gemm(crate::backend::cuda::sm90::Forced::Skeleton));

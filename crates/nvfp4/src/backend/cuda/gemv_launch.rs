@@ -24,6 +24,18 @@ pub enum Form {
     Gemm,
 }
 
+/// Why a GEMV kernel cannot index a `(rows, K, L)` problem of `cols` activation rows with its
+/// 32-bit offsets (`L * rows`, one batch of the matrix `rows * K / 2`, the activation
+/// `L * cols * K`: what the binds check), or `None`. A family declines a GEMM it cannot index, so
+/// that a kernel with 64-bit offsets takes it.
+pub(crate) fn beyond_i32((rows, k, l): (usize, usize, usize), cols: usize) -> Option<String> {
+    let fits = |x: Option<usize>| x.is_some_and(|x| i32::try_from(x).is_ok());
+    let ok = fits(l.checked_mul(rows))
+        && fits(rows.checked_mul(k / 2))
+        && fits(l.checked_mul(cols).and_then(|x| x.checked_mul(k)));
+    (!ok).then(|| format!("{rows} x {k} x {l} (M = {cols}) exceeds the GEMV kernels' 32-bit offsets"))
+}
+
 /// The verdict of a GEMV family that takes the operation: the plan `choose` makes, given the
 /// number of CTAs of a kernel of `module` (by symbol and dynamic shared memory) that fit one SM.
 /// The driver's error, if asking it failed, instead.
