@@ -21,8 +21,14 @@ def stuck(rank, world):
 
 
 def fails(rank, world):
+    # Both ranks have joined the group first: a rank 0 that returned at once could close its end
+    # while rank 1 still connects, and rank 1 would then fail in the rendezvous instead.
+    torch.distributed.barrier()
     if rank == 1:
         raise ValueError("rank 1 gave up")
+    # Rank 0 waits, in no collective (one would fail on its own when rank 1's end closes, and its
+    # error could come back first), until the launcher stops it.
+    time.sleep(60)
 
 
 def test_stuck_ranks_are_killed():
