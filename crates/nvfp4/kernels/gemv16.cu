@@ -92,6 +92,13 @@ struct Act<true> {
   static NVFP4_DEVICE void mma(float* d, const u32* a, const u32* b) { ptx::mma_m16n8k16_f32<true>(d, a, b); }
 };
 
+// 8 activation elements in K order (x0 x1, x2 x3, x4 x5, x6 x7) as the decoders' pairs
+// (x0 x4, x1 x5, x2 x6, x3 x7).
+__device__ __forceinline__ uint4 pair_order(uint4 x) {
+  return make_uint4(ptx::prmt(x.x, x.z, 0x5410u), ptx::prmt(x.x, x.z, 0x7632u), ptx::prmt(x.y, x.w, 0x5410u),
+                    ptx::prmt(x.y, x.w, 0x7632u));
+}
+
 // Stages x chunks [c0, c1) of batch l into shared memory: xs[word][chunk] : [WORDS, WC, 16 B],
 // the 8 elements of word `word` of chunk `chunk` as the pairs (x0, x4), (x1, x5), (x2, x6),
 // (x3, x7), the order of the decoders. Chunks past K (the window's last K-step) are zero, so a
@@ -113,11 +120,7 @@ __device__ void stage_x(const GemvParams& p, u8* smem, int wc, int l, int c0, in
   for (int n = 0; n < STAGE_LOADS_PER_THREAD; ++n) {
     const int i = threadIdx.x + n * THREADS;
     if (i >= pieces) break;
-    // (x0 x1, x2 x3, x4 x5, x6 x7) -> (x0 x4, x1 x5, x2 x6, x3 x7)
-    const uint4 x = v[n];
-    const uint4 r = make_uint4(ptx::prmt(x.x, x.z, 0x5410u), ptx::prmt(x.x, x.z, 0x7632u),
-                               ptx::prmt(x.y, x.w, 0x5410u), ptx::prmt(x.y, x.w, 0x7632u));
-    *reinterpret_cast<uint4*>(smem + ((i % C::WORDS) * wc + i / C::WORDS) * 16) = r;
+    *reinterpret_cast<uint4*>(smem + ((i % C::WORDS) * wc + i / C::WORDS) * 16) = pair_order(v[n]);
   }
 }
 
@@ -197,47 +200,33 @@ __device__ __forceinline__ void load_w(const Cursor<CB, BLOCKED>& cur, WChunk& x
   }
 }
 
-// d[u] += MMA tile u's products of word i of one K-step: rows q = 2u (A rows g) and 2u + 1 (A
-// rows g + 8); B fragments b_lo = the x pairs of k 2t, 2t+1 (A's a0, a1), b_hi = of k 2t+8, 2t+9
-// (a2, a3).
-template <int CB, bool ABF16>
-__device__ __forceinline__ void mma_word(const WChunk& x, const u32 (&sp)[ROWS_PER_THREAD][Chunk<CB>::BLOCKS], int i,
-                                         const u32 (&b_lo)[2], const u32 (&b_hi)[2], float (&d)[2][4]) {
-  using A = Act<ABF16>;
-#pragma unroll
-  for (int u = 0; u < 2; ++u) {
-    u32 a[2][4];  // rows q = 2u, 2u + 1: (e0,e4), (e1,e5), (e2,e6), (e3,e7)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int q = 2 * u + h;
-      const u32 v[4] = {x.v[q].x, x.v[q].y, x.v[q].z, x.v[q].w};
-      A::word(v[i], sp[q][i / 2], a[h]);
-    }
-    const u32 lo[4] = {a[0][0], a[1][0], a[0][1], a[1][1]};
-    const u32 hi[4] = {a[0][2], a[1][2], a[0][3], a[1][3]};
-    A::mma(d[u], lo, b_lo);
-    A::mma(d[u], hi, b_hi);
-  }
-}
-
-// The scale pairs of a thread's 4 rows for one K-step.
-template <int CB, bool ABF16>
-__device__ __forceinline__ void scale_pairs(const WChunk& x, u32 (&sp)[ROWS_PER_THREAD][Chunk<CB>::BLOCKS]) {
-#pragma unroll
-  for (int q = 0; q < ROWS_PER_THREAD; ++q) Act<ABF16>::template scales<Chunk<CB>::BLOCKS>(x.s[q], sp[q]);
-}
-
-// d[u] += MMA tile u's products for one K-step, x from the staged window (chunk cl).
+// d[u] += MMA tile u's products for one K-step: rows q = 2u (A rows g) and 2u + 1 (A rows g + 8).
 template <int CB, bool ABF16>
 __device__ __forceinline__ void compute(const WChunk& x, const u8* xs, int wc, int cl, float (&d)[2][4]) {
   using C = Chunk<CB>;
+  using A = Act<ABF16>;
   u32 sp[ROWS_PER_THREAD][C::BLOCKS];
-  scale_pairs<CB, ABF16>(x, sp);
+#pragma unroll
+  for (int q = 0; q < ROWS_PER_THREAD; ++q) A::template scales<C::BLOCKS>(x.s[q], sp[q]);
 #pragma unroll
   for (int i = 0; i < C::WORDS; ++i) {
+    // B fragments: b0 = the x pair of k 2t, 2t+1 (A's a0, a1), b1 = of k 2t+8, 2t+9 (a2, a3).
     const uint4 b = *reinterpret_cast<const uint4*>(xs + (i * wc + cl) * 16);
     const u32 b_lo[2] = {b.x, b.y}, b_hi[2] = {b.z, b.w};
-    mma_word<CB, ABF16>(x, sp, i, b_lo, b_hi, d);
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      u32 a[2][4];  // rows q = 2u, 2u + 1: (e0,e4), (e1,e5), (e2,e6), (e3,e7)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int q = 2 * u + h;
+        const u32 v[4] = {x.v[q].x, x.v[q].y, x.v[q].z, x.v[q].w};
+        A::word(v[i], sp[q][i / 2], a[h]);
+      }
+      const u32 lo[4] = {a[0][0], a[1][0], a[0][1], a[1][1]};
+      const u32 hi[4] = {a[0][2], a[1][2], a[0][3], a[1][3]};
+      A::mma(d[u], lo, b_lo);
+      A::mma(d[u], hi, b_hi);
+    }
   }
 }
 

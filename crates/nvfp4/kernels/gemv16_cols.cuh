@@ -11,35 +11,43 @@
 // copying its own x chunk of the next K-step with cp.async, no window: 2.1 to 3.8x slower at
 // 8192^2, its 16-byte pieces of 32-byte sectors and the repeated rows of M < 8 costing L2 trips.)
 
-// Stages x chunks [c0, c1) of the cols rows of batch l: row r at r * row_stride, each as
-// `stage_x` lays out one row. Every thread issues up to ROWS_STAGE_LOADS loads, then stores them,
-// per pass (half the one-row staging's slots: the plain-scale kernels spilled with 8).
+// The staging both `_cols` families share: the window's pieces (row r, word e: 8 elements of
+// chunk c0 + e / WORDS) laid out per row as `stage_x` lays out one row, rows row_stride apart.
+// Every thread loads up to ROWS_STAGE_LOADS pieces (`load(r, e, in)`, zeros when !in: past the
+// rows or past K), then stores them as `pairs(loaded)`, per pass (half the one-row staging's
+// slots: the plain-scale kernels spilled with 8).
 constexpr int ROWS_STAGE_LOADS = STAGE_LOADS_PER_THREAD / 2;
-template <int CB>
-__device__ void stage_x_rows(const GemvParams& p, u8* smem, int wc, int l, int c0, int c1, int chunks) {
+template <int CB, class Load, class Pairs>
+__device__ __forceinline__ void stage_rows(const GemvParams& p, u8* smem, int wc, int c0, int c1, int chunks,
+                                           Load load, Pairs pairs) {
   using C = Chunk<CB>;
   const int pieces = (c1 - c0) * C::WORDS, valid = (min(c1, chunks) - c0) * C::WORDS;
   const int row_stride = C::WORDS * wc * 16 + gemv16::COLS_ROW_PAD;
   const int total = p.cols * pieces;
   for (int base = 0; base < total; base += ROWS_STAGE_LOADS * THREADS) {
-    uint4 v[ROWS_STAGE_LOADS];
+    decltype(load(0, 0, false)) v[ROWS_STAGE_LOADS];
 #pragma unroll
     for (int n = 0; n < ROWS_STAGE_LOADS; ++n) {
       const int i = base + threadIdx.x + n * THREADS, r = i / pieces, e = i % pieces;
-      const u8* xr = p.b + ((i64)l * p.cols + r) * p.k * 2;
-      v[n] = i < total && e < valid ? ptx::ld_nc_v4(xr + ((i64)c0 * C::WORDS + e) * 16) : make_uint4(0, 0, 0, 0);
+      v[n] = load(r, e, i < total && e < valid);
     }
 #pragma unroll
     for (int n = 0; n < ROWS_STAGE_LOADS; ++n) {
       const int i = base + threadIdx.x + n * THREADS, r = i / pieces, e = i % pieces;
       if (i >= total) break;
-      // (x0 x1, x2 x3, x4 x5, x6 x7) -> (x0 x4, x1 x5, x2 x6, x3 x7)
-      const uint4 x = v[n];
-      const uint4 o = make_uint4(ptx::prmt(x.x, x.z, 0x5410u), ptx::prmt(x.x, x.z, 0x7632u),
-                                 ptx::prmt(x.y, x.w, 0x5410u), ptx::prmt(x.y, x.w, 0x7632u));
-      *reinterpret_cast<uint4*>(smem + r * row_stride + ((e % C::WORDS) * wc + e / C::WORDS) * 16) = o;
+      *reinterpret_cast<uint4*>(smem + r * row_stride + ((e % C::WORDS) * wc + e / C::WORDS) * 16) = pairs(v[n]);
     }
   }
+}
+
+// Stages x chunks [c0, c1) of the cols 16-bit rows of batch l.
+template <int CB>
+__device__ void stage_x_rows(const GemvParams& p, u8* smem, int wc, int l, int c0, int c1, int chunks) {
+  const auto load = [&](int r, int e, bool in) {
+    const u8* xr = p.b + ((i64)l * p.cols + r) * p.k * 2;
+    return in ? ptx::ld_nc_v4(xr + ((i64)c0 * Chunk<CB>::WORDS + e) * 16) : make_uint4(0, 0, 0, 0);
+  };
+  stage_rows<CB>(p, smem, wc, c0, c1, chunks, load, pair_order);
 }
 
 template <int CB, bool BLOCKED, bool ABF16, bool OBF16>
@@ -50,20 +58,11 @@ struct W4A16Cols : W4A16<CB, BLOCKED, ABF16, OBF16> {
     stage_x_rows<CB>(p, smem, wc, l, c0, c1, chunks);
   }
   // d[u] += MMA tile u's products for one K-step, column g from activation row min(g, cols - 1)
-  // of the window (chunk cl).
+  // of the window (chunk cl): the one-row compute on that row.
   static __device__ __forceinline__ void compute(const GemvParams& p, const WChunk& x, const u8* xs, int wc, int cl,
                                                  float (&d)[2][4]) {
-    using C = Chunk<CB>;
-    u32 sp[ROWS_PER_THREAD][C::BLOCKS];
-    scale_pairs<CB, ABF16>(x, sp);
     const int row = min((int)(threadIdx.x % 32) / 4, p.cols - 1);
-    const u8* xr = xs + row * (C::WORDS * wc * 16 + gemv16::COLS_ROW_PAD);
-#pragma unroll
-    for (int i = 0; i < C::WORDS; ++i) {
-      const uint4 b = *reinterpret_cast<const uint4*>(xr + (i * wc + cl) * 16);
-      const u32 b_lo[2] = {b.x, b.y}, b_hi[2] = {b.z, b.w};
-      mma_word<CB, ABF16>(x, sp, i, b_lo, b_hi, d);
-    }
+    ::compute<CB, ABF16>(x, xs + row * (Chunk<CB>::WORDS * wc * 16 + gemv16::COLS_ROW_PAD), wc, cl, d);
   }
   // D's columns are activation rows: lane (g, t) holds tile u's rows g (d[u][0], d[u][1]) and
   // g + 8 (d[u][2], d[u][3]) of columns 2t, 2t + 1. Thread i adds column i / 32, tile row i % 32
@@ -96,31 +95,20 @@ static_assert(gemv16::THREADS == 8 * 32, "the cols reduce gives each thread one 
 // weight's scale layout), decoded to f16 pairs.
 template <int CB, bool BLOCKED>
 __device__ void stage_x_rows_nvfp4(const GemvParams& p, u8* smem, int wc, int l, int c0, int c1, int chunks) {
-  using C = Chunk<CB>;
-  const int pieces = (c1 - c0) * C::WORDS, valid = (min(c1, chunks) - c0) * C::WORDS;
-  const int row_stride = C::WORDS * wc * 16 + gemv16::COLS_ROW_PAD;
-  const int total = p.cols * pieces, sf_cols = p.k / 16;
-  for (int base = 0; base < total; base += ROWS_STAGE_LOADS * THREADS) {
-    u32 w[ROWS_STAGE_LOADS], s[ROWS_STAGE_LOADS];
-#pragma unroll
-    for (int n = 0; n < ROWS_STAGE_LOADS; ++n) {
-      const int i = base + threadIdx.x + n * THREADS, r = i / pieces, e = i % pieces;
-      const bool in = i < total && e < valid;
-      // Word e: elements 8 e .. 8 e + 7 of the window, of scale block (8 e) / 16.
-      const i32 k0 = (c0 * C::WORDS + e) * 8, row = l * p.cols + r;
-      w[n] = in ? ptx::ld_nc_u32(p.b + (i64)row * (p.k / 2) + k0 / 2) : 0u;
-      s[n] = in ? ptx::ld_nc_u8(p.sfb + nvfp4::scale_offset(BLOCKED, p.cols, sf_cols, r, k0 / 16, l)) : 0u;
-    }
-#pragma unroll
-    for (int n = 0; n < ROWS_STAGE_LOADS; ++n) {
-      const int i = base + threadIdx.x + n * THREADS, r = i / pieces, e = i % pieces;
-      if (i >= total) break;
-      u32 o[4];  // (x0 x4, x1 x5, x2 x6, x3 x7), as `stage_x` lays out a 16-bit row
-      nvfp4::w4a16_f16x8(w[n], nvfp4::scale_f16x2_x128(s[n]), o);
-      *reinterpret_cast<uint4*>(smem + r * row_stride + ((e % C::WORDS) * wc + e / C::WORDS) * 16) =
-          make_uint4(o[0], o[1], o[2], o[3]);
-    }
-  }
+  const int sf_cols = p.k / 16;
+  const auto load = [&](int r, int e, bool in) {
+    // Word e: elements 8 e .. 8 e + 7 of the window, of scale block (8 e) / 16.
+    const i32 k0 = (c0 * Chunk<CB>::WORDS + e) * 8, row = l * p.cols + r;
+    const u32 w = in ? ptx::ld_nc_u32(p.b + (i64)row * (p.k / 2) + k0 / 2) : 0u;
+    const u32 s = in ? ptx::ld_nc_u8(p.sfb + nvfp4::scale_offset(BLOCKED, p.cols, sf_cols, r, k0 / 16, l)) : 0u;
+    return make_uint2(w, s);
+  };
+  const auto decode = [](uint2 ws) {
+    u32 o[4];  // (x0 x4, x1 x5, x2 x6, x3 x7), as `stage_x` lays out a 16-bit row
+    nvfp4::w4a16_f16x8(ws.x, nvfp4::scale_f16x2_x128(ws.y), o);
+    return make_uint4(o[0], o[1], o[2], o[3]);
+  };
+  stage_rows<CB>(p, smem, wc, c0, c1, chunks, load, decode);
 }
 
 template <int CB, bool BLOCKED, bool OBF16>
