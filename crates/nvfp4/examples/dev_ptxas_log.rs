@@ -7,7 +7,7 @@ use nvfp4::backend::cuda::kernels::MODULES;
 fn main() {
     let only = std::env::args().nth(1).unwrap_or_default();
     // DEV_PTXAS_ALL=1 prints every line of the log (registers per function, too).
-    let registers = std::env::var("DEV_PTXAS_ALL").is_ok_and(|v| v == "1");
+    let every_line = std::env::var("DEV_PTXAS_ALL").is_ok_and(|v| v == "1");
     // A name ending in ".cu" is one file exactly.
     let pick = |f: &str| if only.ends_with(".cu") { f == only } else { f.contains(&only) };
     for m in MODULES.iter().filter(|m| pick(m.file)) {
@@ -20,7 +20,7 @@ fn main() {
                         function = name.split('\'').next().unwrap_or(name);
                     }
                     let spills = line.contains("spill") && !line.contains(" 0 bytes spill stores, 0 bytes spill loads");
-                    if registers || line.contains("arning") || line.contains("erializ") || spills {
+                    if every_line || line.contains("arning") || line.contains("erializ") || spills {
                         println!("{}: {function}: {line}", m.file);
                     }
                 }

@@ -57,8 +57,8 @@ pub struct Gemv16Config {
 impl Gemv16Config {
     /// The heuristic: [`Tiling::choose`] with the activation's window (2 bytes per element, at
     /// most the staging's load slots, [`MAX_WINDOW_BYTES`]; for the `_cols` kernels every row's,
-    /// within [`MAX_COLS_WINDOW_BYTES`]). `occupancy(symbol, smem_bytes)` is the number of CTAs of the kernel that
-    /// fit one SM.
+    /// within [`MAX_COLS_WINDOW_BYTES`]). `occupancy(symbol, smem_bytes)` is the number of CTAs
+    /// of the kernel that fit one SM.
     pub fn choose(
         (form, cols): (Form, usize),
         nkl: (usize, usize, usize),

@@ -82,8 +82,9 @@ pub(crate) struct GemvLaunch {
 
 impl GemvLaunch {
     /// Binds kernel `func` (`symbol`, planned as `tiling` for `(m, k, l)`: rows, K, batches, and
-    /// `cols` activation rows) to `ops` and the workspace `ws`. The family has checked the operands; `names` (the family,
-    /// its name for the rows) word an index that does not fit the kernel's 32 bits.
+    /// `cols` activation rows) to `ops` and the workspace `ws`. The family has checked the
+    /// operands; `names` (the family, its name for the rows) word an index that does not fit the
+    /// kernel's 32 bits.
     pub(crate) fn new(
         gpu: &Gpu,
         (symbol, tiling): (&'static str, &Tiling),

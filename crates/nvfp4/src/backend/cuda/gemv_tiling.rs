@@ -37,9 +37,8 @@ pub struct Tiling {
 impl Tiling {
     /// The heuristic for `rows` x `k` x `l` in chunks of `chunk`, a window taking `kstep_smem`
     /// bytes per K-step and at most `max_window` K-steps (and `fixed_smem` bytes beside it), on
-    /// `sms` SMs; `occupancy(smem)` is the
-    /// number of CTAs of the kernel that fit one SM with `smem` bytes of dynamic shared memory
-    /// (from the driver; any positive number in tests).
+    /// `sms` SMs; `occupancy(smem)` is the number of CTAs of the kernel that fit one SM with
+    /// `smem` bytes of dynamic shared memory (from the driver; any positive number in tests).
     ///
     /// 1. Row tiles: 4 per 128 rows, dropping the trailing tiles of the last 128 rows that would
     ///    hold no row (row = 128t + 32q + 8c + r, r = 0..7).
