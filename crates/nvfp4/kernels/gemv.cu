@@ -239,21 +239,22 @@ struct W4A4 {
   static __device__ __forceinline__ Cursor cursor(const GemvParams& p, int l, const int* row, int chunk) {
     return make_cursor<CB, BLOCKED>(p, l, row, chunk);
   }
-  static __device__ __forceinline__ void stage(const GemvParams& p, u8* smem, int wc, int l, int c0, int c1, int chunks) {
-    stage_b<CB, BLOCKED>(p, smem, wc, l, c0, min(c1, chunks));
+  static __device__ __forceinline__ void stage(const GemvParams& p, u8* smem, int wc, const gemv_tiles::Tile& t,
+                                               int c0, int c1, int chunks) {
+    stage_b<CB, BLOCKED>(p, smem, wc, t.x_l, c0, min(c1, chunks));
   }
   static __device__ __forceinline__ void load(const Cursor& cur, AChunk& x, bool ok, u64 pol) {
     load_a<CB, BLOCKED>(cur, x, ok, pol);
   }
-  static __device__ __forceinline__ void compute(const GemvParams&, const AChunk& x, const u8* smem, int wc, int cl,
-                                                 float* acc) {
+  static __device__ __forceinline__ void compute(const gemv_tiles::Tile&, const AChunk& x, const u8* smem, int wc,
+                                                 int cl, float* acc) {
     ::compute<CB>(x, smem, wc, cl, acc);
   }
   // Lane 8q holds tile row 32 q + warp.
   static __device__ __forceinline__ gemv_tiles::Out reduce(const float* acc, int warp, int lane) {
     return {warp_reduce4(acc, lane), lane / 8, warp, 0, lane % 8 == 0};
   }
-  static __device__ __forceinline__ double scale(const GemvParams& p) { return p.alpha; }
+  static __device__ __forceinline__ double scale(const GemvParams& p, const gemv_tiles::Tile&) { return p.alpha; }
 };
 
 }  // namespace

@@ -1,7 +1,8 @@
 // gemv16.cu: batched W4A16 GEMV (SPEC §8 with one activation row): c[l, n] =
 // sum_k x[l, k] * W[l, n, k] * sfw[l, n, k/16], x f16 or bf16 [L, 1, K], W NVFP4 [L, N, K],
 // f16 or bf16 out [L, N], FP32 accumulation, one rounding. Its `_cols` kernels take 2 to 8
-// activation rows (the GEMM of few rows, W4A16 or W4A4: gemv16_cols.cuh).
+// activation rows (the GEMM of few rows, W4A16 or W4A4: gemv16_cols.cuh), its `_moe` kernels the
+// MoE form at decode sizes (gemv16_moe.cuh).
 //
 // Algorithm (a pure bandwidth problem: every byte of W is read once; x is tiny):
 // - Tiles, K-steps, split-K, the persistent grid, PDL and the double buffer are gemv_tiles.cuh's
@@ -33,6 +34,7 @@
 // gemv16.rs), which the host's plan uses too.
 #include "generated.cuh"
 #include "gemv_tiles.cuh"
+#include "block_scan.cuh"
 
 namespace {
 
@@ -254,15 +256,15 @@ struct W4A16 {
   static __device__ __forceinline__ Cursor cursor(const GemvParams& p, int l, const int* row, int chunk) {
     return make_cursor<CB, BLOCKED>(p, l, row, chunk);
   }
-  static __device__ __forceinline__ void stage(const GemvParams& p, u8* smem, int wc, int l, int c0, int c1,
-                                               int chunks) {
-    stage_x<CB>(p, smem, wc, l, c0, c1, chunks);
+  static __device__ __forceinline__ void stage(const GemvParams& p, u8* smem, int wc, const gemv_tiles::Tile& t,
+                                               int c0, int c1, int chunks) {
+    stage_x<CB>(p, smem, wc, t.x_l, c0, c1, chunks);
   }
   static __device__ __forceinline__ void load(const Cursor& cur, WChunk& x, bool ok, u64 pol) {
     load_w<CB, BLOCKED>(cur, x, ok, pol);
   }
-  static __device__ __forceinline__ void compute(const GemvParams&, const WChunk& x, const u8* xs, int wc, int cl,
-                                                 float (&d)[2][4]) {
+  static __device__ __forceinline__ void compute(const gemv_tiles::Tile&, const WChunk& x, const u8* xs, int wc,
+                                                 int cl, float (&d)[2][4]) {
     ::compute<CB, ABF16>(x, xs, wc, cl, d);
   }
   // Every column of D holds the same sums: lanes t == 0 give tile u's rows g (d[u][0], row
@@ -287,10 +289,13 @@ struct W4A16 {
     __syncthreads();  // s_part is free for the next tile
     return {total, (int)(threadIdx.x / 8), (int)(threadIdx.x % 8), 0, threadIdx.x < gemv16::ROWS_PER_CTA};
   }
-  static __device__ __forceinline__ double scale(const GemvParams& p) { return p.alpha * Act<ABF16>::UNBIAS; }
+  static __device__ __forceinline__ double scale(const GemvParams& p, const gemv_tiles::Tile&) {
+    return p.alpha * Act<ABF16>::UNBIAS;
+  }
 };
 
 #include "gemv16_cols.cuh"  // the `_cols` kernels' part (2 to 8 activation rows)
+#include "gemv16_moe.cuh"   // the `_moe` kernels' part (the MoE form at decode sizes)
 
 }  // namespace
 
@@ -354,3 +359,21 @@ GEMV4_COLS_KERNEL(gemv16_nvfp4_sm90_nvfp4_plain_to_bf16_cols, 16, false, true)
 GEMV4_COLS_KERNEL(gemv16_nvfp4_sm90_nvfp4_blocked_to_bf16_cols, 16, true, true)
 GEMV4_COLS_KERNEL(gemv16_nvfp4_sm90_nvfp4_plain_k16_to_bf16_cols, 8, false, true)
 GEMV4_COLS_KERNEL(gemv16_nvfp4_sm90_nvfp4_blocked_k16_to_bf16_cols, 8, true, true)
+// The `_moe` kernels (the MoE form, K % 32 == 0): 16-bit or NVFP4 tokens, the weights' scale
+// layout, f16 or bf16 output.
+#define GEMV16_MOE_KERNEL(name, ...)                                                                \
+  extern "C" __global__ void __launch_bounds__(THREADS, 2) name(const __grid_constant__ GemvParams p) { \
+    moe_walk::run<__VA_ARGS__>(p);                                                                  \
+  }
+GEMV16_MOE_KERNEL(gemv16_nvfp4_sm90_f16_plain_to_f16_moe, W4A16Moe<16, false, false, false>)
+GEMV16_MOE_KERNEL(gemv16_nvfp4_sm90_f16_blocked_to_f16_moe, W4A16Moe<16, true, false, false>)
+GEMV16_MOE_KERNEL(gemv16_nvfp4_sm90_f16_plain_to_bf16_moe, W4A16Moe<16, false, false, true>)
+GEMV16_MOE_KERNEL(gemv16_nvfp4_sm90_f16_blocked_to_bf16_moe, W4A16Moe<16, true, false, true>)
+GEMV16_MOE_KERNEL(gemv16_nvfp4_sm90_bf16_plain_to_f16_moe, W4A16Moe<16, false, true, false>)
+GEMV16_MOE_KERNEL(gemv16_nvfp4_sm90_bf16_blocked_to_f16_moe, W4A16Moe<16, true, true, false>)
+GEMV16_MOE_KERNEL(gemv16_nvfp4_sm90_bf16_plain_to_bf16_moe, W4A16Moe<16, false, true, true>)
+GEMV16_MOE_KERNEL(gemv16_nvfp4_sm90_bf16_blocked_to_bf16_moe, W4A16Moe<16, true, true, true>)
+GEMV16_MOE_KERNEL(gemv16_nvfp4_sm90_nvfp4_plain_to_f16_moe, W4A4Moe<16, false, false>)
+GEMV16_MOE_KERNEL(gemv16_nvfp4_sm90_nvfp4_blocked_to_f16_moe, W4A4Moe<16, true, false>)
+GEMV16_MOE_KERNEL(gemv16_nvfp4_sm90_nvfp4_plain_to_bf16_moe, W4A4Moe<16, false, true>)
+GEMV16_MOE_KERNEL(gemv16_nvfp4_sm90_nvfp4_blocked_to_bf16_moe, W4A4Moe<16, true, true>)

@@ -18,12 +18,12 @@
 // slots: the plain-scale kernels spilled with 8).
 constexpr int ROWS_STAGE_LOADS = STAGE_LOADS_PER_THREAD / 2;
 template <int CB, class Load, class Pairs>
-__device__ __forceinline__ void stage_rows(const GemvParams& p, u8* smem, int wc, int c0, int c1, int chunks,
-                                           Load load, Pairs pairs) {
+__device__ __forceinline__ void stage_rows(int cols, u8* smem, int wc, int c0, int c1, int chunks, Load load,
+                                           Pairs pairs) {
   using C = Chunk<CB>;
   const int pieces = (c1 - c0) * C::WORDS, valid = (min(c1, chunks) - c0) * C::WORDS;
   const int row_stride = C::WORDS * wc * 16 + gemv16::COLS_ROW_PAD;
-  const int total = p.cols * pieces;
+  const int total = cols * pieces;
   for (int base = 0; base < total; base += ROWS_STAGE_LOADS * THREADS) {
     decltype(load(0, 0, false)) v[ROWS_STAGE_LOADS];
 #pragma unroll
@@ -40,28 +40,29 @@ __device__ __forceinline__ void stage_rows(const GemvParams& p, u8* smem, int wc
   }
 }
 
-// Stages x chunks [c0, c1) of the cols 16-bit rows of batch l.
+// Stages x chunks [c0, c1) of tile t's 16-bit rows (p.b: [batches, p.cols, K]).
 template <int CB>
-__device__ void stage_x_rows(const GemvParams& p, u8* smem, int wc, int l, int c0, int c1, int chunks) {
+__device__ void stage_x_rows(const GemvParams& p, u8* smem, int wc, const gemv_tiles::Tile& t, int c0, int c1,
+                             int chunks) {
   const auto load = [&](int r, int e, bool in) {
-    const u8* xr = p.b + ((i64)l * p.cols + r) * p.k * 2;
+    const u8* xr = p.b + ((i64)t.x_l * p.cols + t.x_r0 + r) * p.k * 2;
     return in ? ptx::ld_nc_v4(xr + ((i64)c0 * Chunk<CB>::WORDS + e) * 16) : make_uint4(0, 0, 0, 0);
   };
-  stage_rows<CB>(p, smem, wc, c0, c1, chunks, load, pair_order);
+  stage_rows<CB>(t.cols, smem, wc, c0, c1, chunks, load, pair_order);
 }
 
 template <int CB, bool BLOCKED, bool ABF16, bool OBF16>
 struct W4A16Cols : W4A16<CB, BLOCKED, ABF16, OBF16> {
   static constexpr bool COLS = true;
-  static __device__ __forceinline__ void stage(const GemvParams& p, u8* smem, int wc, int l, int c0, int c1,
-                                               int chunks) {
-    stage_x_rows<CB>(p, smem, wc, l, c0, c1, chunks);
+  static __device__ __forceinline__ void stage(const GemvParams& p, u8* smem, int wc, const gemv_tiles::Tile& t,
+                                               int c0, int c1, int chunks) {
+    stage_x_rows<CB>(p, smem, wc, t, c0, c1, chunks);
   }
   // d[u] += MMA tile u's products for one K-step, column g from activation row min(g, cols - 1)
   // of the window (chunk cl): the one-row compute on that row.
-  static __device__ __forceinline__ void compute(const GemvParams& p, const WChunk& x, const u8* xs, int wc, int cl,
-                                                 float (&d)[2][4]) {
-    const int row = min((int)(threadIdx.x % 32) / 4, p.cols - 1);
+  static __device__ __forceinline__ void compute(const gemv_tiles::Tile& t, const WChunk& x, const u8* xs, int wc,
+                                                 int cl, float (&d)[2][4]) {
+    const int row = min((int)(threadIdx.x % 32) / 4, t.cols - 1);
     ::compute<CB, ABF16>(x, xs + row * (Chunk<CB>::WORDS * wc * 16 + gemv16::COLS_ROW_PAD), wc, cl, d);
   }
   // D's columns are activation rows: lane (g, t) holds tile u's rows g (d[u][0], d[u][1]) and
@@ -91,16 +92,19 @@ static_assert(gemv16::THREADS == 8 * 32, "the cols reduce gives each thread one 
 // the `_cols` window's layout; the MMA products of two such values are exact in f32, and the
 // epilogue takes both 2^-7 back.
 
-// Stages x chunks [c0, c1) of the cols NVFP4 rows of batch l (values p.b, scales p.sfb in the
-// weight's scale layout), decoded to f16 pairs.
+// Stages x chunks [c0, c1) of tile t's NVFP4 rows (values p.b [batches, p.cols, K / 2], scales
+// p.sfb in the weight's scale layout), decoded to f16 pairs.
 template <int CB, bool BLOCKED>
-__device__ void stage_x_rows_nvfp4(const GemvParams& p, u8* smem, int wc, int l, int c0, int c1, int chunks) {
+__device__ void stage_x_rows_nvfp4(const GemvParams& p, u8* smem, int wc, const gemv_tiles::Tile& t, int c0, int c1,
+                                   int chunks) {
   const int sf_cols = p.k / 16;
   const auto load = [&](int r, int e, bool in) {
     // Word e: elements 8 e .. 8 e + 7 of the window, of scale block (8 e) / 16.
-    const i32 k0 = (c0 * Chunk<CB>::WORDS + e) * 8, row = l * p.cols + r;
-    const u32 w = in ? ptx::ld_nc_u32(p.b + (i64)row * (p.k / 2) + k0 / 2) : 0u;
-    const u32 s = in ? ptx::ld_nc_u8(p.sfb + nvfp4::scale_offset(BLOCKED, p.cols, sf_cols, r, k0 / 16, l)) : 0u;
+    const i32 k0 = (c0 * Chunk<CB>::WORDS + e) * 8, r_in = t.x_r0 + r;
+    const i64 row = (i64)t.x_l * p.cols + r_in;
+    const u32 w = in ? ptx::ld_nc_u32(p.b + row * (p.k / 2) + k0 / 2) : 0u;
+    const u32 s =
+        in ? ptx::ld_nc_u8(p.sfb + nvfp4::scale_offset(BLOCKED, p.cols, sf_cols, r_in, k0 / 16, t.x_l)) : 0u;
     return make_uint2(w, s);
   };
   const auto decode = [](uint2 ws) {
@@ -108,16 +112,16 @@ __device__ void stage_x_rows_nvfp4(const GemvParams& p, u8* smem, int wc, int l,
     nvfp4::w4a16_f16x8(ws.x, nvfp4::scale_f16x2_x128(ws.y), o);
     return make_uint4(o[0], o[1], o[2], o[3]);
   };
-  stage_rows<CB>(p, smem, wc, c0, c1, chunks, load, decode);
+  stage_rows<CB>(t.cols, smem, wc, c0, c1, chunks, load, decode);
 }
 
 template <int CB, bool BLOCKED, bool OBF16>
 struct W4A4Cols : W4A16Cols<CB, BLOCKED, false, OBF16> {
-  static __device__ __forceinline__ void stage(const GemvParams& p, u8* smem, int wc, int l, int c0, int c1,
-                                               int chunks) {
-    stage_x_rows_nvfp4<CB, BLOCKED>(p, smem, wc, l, c0, c1, chunks);
+  static __device__ __forceinline__ void stage(const GemvParams& p, u8* smem, int wc, const gemv_tiles::Tile& t,
+                                               int c0, int c1, int chunks) {
+    stage_x_rows_nvfp4<CB, BLOCKED>(p, smem, wc, t, c0, c1, chunks);
   }
-  static __device__ __forceinline__ double scale(const GemvParams& p) {
+  static __device__ __forceinline__ double scale(const GemvParams& p, const gemv_tiles::Tile&) {
     return p.alpha * nvfp4::W4A16_F16_UNBIAS * nvfp4::W4A16_F16_UNBIAS;
   }
 };

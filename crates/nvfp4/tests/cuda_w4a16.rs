@@ -342,6 +342,10 @@ fn shapes() -> Vec<Shape> {
         Shape::GroupedGemm { groups: vec![(128, 128, 64); 4] },
         Shape::Moe { n: 384, k: 224, counts: vec![40, 0, 76, 8] },
         Shape::Moe { n: 520, k: 512, counts: vec![1, 300, 0, 71, 129] },
+        // Decode routings (at most 4 rows per expert on average): the `_moe` kernels. Experts of
+        // 8, 9 and 17 rows, empty ones; K of one partial K-step; K needing two windows for 8 rows.
+        Shape::Moe { n: 130, k: 800, counts: vec![0, 1, 8, 9, 0, 17, 2, 0, 0, 1, 0, 3, 0, 0, 0, 0, 0, 1, 0, 0] },
+        Shape::Moe { n: 300, k: 6176, counts: vec![8, 0, 3, 9, 0, 0, 0, 1] },
     ]
 }
 

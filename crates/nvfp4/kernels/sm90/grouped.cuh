@@ -20,6 +20,7 @@
 #pragma once
 
 #include "sm90/schedule.cuh"
+#include "block_scan.cuh"
 
 namespace sm90 {
 
@@ -56,37 +57,6 @@ NVFP4_DEVICE Segment segment_of(const GroupedBuild& b, i32 s) {
   return r;
 }
 
-// Exclusive prefix sum over the block (THREADS threads); `total` gets the block's sum.
-template <int THREADS>
-NVFP4_DEVICE i64 block_scan(i64 v, i64& total) {
-  constexpr int WARPS = THREADS / 32;
-  static_assert(THREADS % 32 == 0 && WARPS <= 32, "warp 0 scans the warps' sums");
-  __shared__ i64 warp_sums[WARPS];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  i64 x = v;
-#pragma unroll
-  for (int d = 1; d < 32; d *= 2) {
-    const i64 y = __shfl_up_sync(0xFFFFFFFFu, x, d);
-    if (lane >= d) x += y;
-  }
-  if (lane == 31) warp_sums[warp] = x;
-  __syncthreads();
-  if (warp == 0) {
-    i64 w = lane < WARPS ? warp_sums[lane] : 0;
-#pragma unroll
-    for (int d = 1; d < WARPS; d *= 2) {
-      const i64 y = __shfl_up_sync(0xFFFFFFFFu, w, d);
-      if (lane >= d) w += y;
-    }
-    if (lane < WARPS) warp_sums[lane] = w;
-  }
-  __syncthreads();
-  const i64 before = warp == 0 ? 0 : warp_sums[warp - 1];
-  total = warp_sums[WARPS - 1];
-  __syncthreads();  // warp_sums is free for the next scan
-  return before + x - v;
-}
-
 // Writes the table (one block of THREADS threads: BUILD_THREADS in the W4A4 pre-pass, whose other
 // blocks decode; TABLE_THREADS in the W4A16 table kernel, where more threads mean fewer of the
 // latency-bound passes below on the launch's critical path).
@@ -104,7 +74,8 @@ NVFP4_DEVICE void build_units(const GroupedBuild& b) {
       tg = (i64)((g.x_end - g.x_base + b.bn - 1) / b.bn) * g.tiles_w;
       ks = tg * g.k_iters;
     }
-    const i64 tg_before = block_scan<THREADS>(tg, tg_sum), ks_before = block_scan<THREADS>(ks, ks_sum);
+    const i64 tg_before = block_scan<THREADS>(tg, tg_sum),
+              ks_before = block_scan<THREADS>(ks, ks_sum);
     if (s < n) {
       tg_start[s] = (i32)(tg_run + tg_before);
       ks_start[s] = ks_run + ks_before;
@@ -152,7 +123,7 @@ NVFP4_DEVICE void build_units(const GroupedBuild& b) {
       pieces = owner(k_first + g.k_iters - 1) - owner(k_first) + 1;
     }
     i64 chunk;
-    const i64 p0 = written + block_scan<THREADS>(pieces, chunk);
+    const i64 p0 = written + block_scan<THREADS>((i64)pieces, chunk);
     if (pieces > 0) {
       // W tiles vary fastest: consecutive CTAs share the X tile in L2.
       const i32 xt = local / g.tiles_w, tw = local % g.tiles_w, o0 = owner(k_first);

@@ -23,9 +23,14 @@ fn with_alphas(w: W16, alphas: &[f32]) -> W16 {
     W16::Moe(MoeGemm::new(m.a, m.b, m.offsets, alphas[..e].to_vec()).unwrap())
 }
 
-/// The kernel family's marker in a route: the skeleton's (`_ws`) or the fallback's (`_mma`).
+/// The kernel family's marker in a route: the skeleton's (`_ws`), the fallback's (`_mma`) or the
+/// GEMV's MoE form (`moe`: a `_moe` kernel, its plan printed after the symbol).
 fn route_of(kernel: &str, act: OutputDtype) -> String {
-    format!("grouped_gemm_w4a16{}_sm90_{kernel}", if act == OutputDtype::Bf16 { "bf16" } else { "f16" })
+    let act = if act == OutputDtype::Bf16 { "bf16" } else { "f16" };
+    match kernel {
+        "moe" => format!("gemv16_nvfp4_sm90_{act}_"),
+        _ => format!("grouped_gemm_w4a16{act}_sm90_{kernel}"),
+    }
 }
 
 /// [`check`] of `w` (exact data) on `b`, asserting the route's kernel.
@@ -33,6 +38,7 @@ fn check_on(b: &CudaBackend, w: &W16, act: OutputDtype, kernel: &str, what: &str
     for out in TYPES {
         let (_, route) = w.run(b, out, None, false);
         assert!(route.contains(&route_of(kernel, act)), "{what}: not {kernel}: {route}");
+        assert_eq!(kernel == "moe", route.contains("_moe T="), "{what}: {route}");
         check(b, w, out, Rule::Exact, &format!("{what} -> {out}"));
     }
 }
@@ -48,6 +54,7 @@ fn per_expert_alphas_are_bit_identical_on_both_routes() {
         (Shape::Moe { n: 130, k: 48, counts: vec![40, 0, 7, 1, 130] }, None, "mma"),
         (Shape::Moe { n: 40, k: 4112, counts: vec![7, 1, 0] }, None, "mma"),
         (Shape::Moe { n: 200, k: 256, counts: vec![40, 0, 300, 9, 64, 65] }, Some("off"), "mma"),
+        (Shape::Moe { n: 130, k: 800, counts: vec![0, 9, 1, 0, 17, 2] }, None, "moe"),
     ];
     for (i, (shape, forced, kernel)) in cases.iter().enumerate() {
         for act in TYPES {

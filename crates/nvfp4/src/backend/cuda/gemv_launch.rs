@@ -70,6 +70,14 @@ pub(crate) struct Operands {
     pub keep: Vec<Keep>,
 }
 
+/// What the `_moe` kernels read beside [`Operands`]: the experts' end rows, their alphas (0: the
+/// one alpha applies) and the global scales of the tokens and the weights.
+pub(crate) struct MoeOperands {
+    pub offsets: u64,
+    pub alpha_l: u64,
+    pub global: [f32; 2],
+}
+
 /// A GEMV bound to device operands, output and workspace.
 pub(crate) struct GemvLaunch {
     symbol: &'static str,
@@ -116,9 +124,22 @@ impl GemvLaunch {
             tiles: int(tiling.tiles, "tiles")?,
             tiles_per_cta: int(tiling.tiles_per_cta, "tiles per CTA")?,
             cols: int(cols, "activation rows")?,
+            offsets: 0,
+            alpha_l: 0,
+            global: [0.0; 2],
         };
         let keep = ops.keep.into_iter().chain([ws.keep()]).collect();
         Ok(Self { symbol, grid: tiling.grid, smem_bytes: tiling.smem_bytes, func, params, keep })
+    }
+}
+
+impl GemvLaunch {
+    /// The launch of a `_moe` kernel: the MoE operands beside the GEMV's.
+    pub(crate) fn with_moe(mut self, moe: MoeOperands) -> Self {
+        self.params.offsets = moe.offsets;
+        self.params.alpha_l = moe.alpha_l;
+        self.params.global = moe.global;
+        self
     }
 }
 

@@ -17,14 +17,16 @@ use crate::{Error, Result};
 
 /// The families, in the order the router asks them: the GEMV; the W4A16 GEMV (a 16-bit vector,
 /// or a W4A16 GEMM of one activation row); the one-launch small GEMM where it measured faster;
-/// the Hopper skeleton (GEMM, dual GEMM); the skeleton's grouped launch (list and MoE forms); the
+/// the Hopper skeleton (GEMM, dual GEMM); the GEMV's MoE form for few rows per expert; the
+/// skeleton's grouped launch (list and MoE forms); the
 /// mma.sync fallback, which takes any GEMM, dual GEMM or list of groups the others decline (W4A4
 /// or W4A16), and the W4A16 MoE form.
-pub(crate) static FAMILIES: [Family; 6] = [
+pub(crate) static FAMILIES: [Family; 7] = [
     Family { name: "gemv", route: super::gemv::route },
     Family { name: "gemv16", route: super::gemv16::route },
     Family { name: "small", route: super::small::route },
     Family { name: "sm90", route: super::sm90::route },
+    Family { name: "gemv16_moe", route: super::gemv16_moe::route },
     Family { name: "grouped", route: super::sm90::grouped_route },
     Family { name: "fallback", route: super::fallback::route },
 ];
@@ -120,6 +122,14 @@ mod tests {
                 "grouped"
             }
             Shape::GroupedGemm { .. } => "fallback",
+            Shape::Moe { k, ref counts, .. }
+                if k % 32 == 0
+                    && counts.len() <= crate::backend::cuda::kernels::gemv16::MOE_MAX_EXPERTS
+                    && counts.iter().sum::<usize>()
+                        <= crate::backend::cuda::gemv16_moe::MAX_ROWS_PER_EXPERT * counts.len() =>
+            {
+                "gemv16_moe"
+            }
             Shape::Moe { k, .. } if k % 32 == 0 && k >= 64 => "grouped",
             Shape::Moe { .. } => return None,
         })
@@ -162,7 +172,7 @@ mod tests {
                 let op = shape.op_meta_in(layout, Some(dtype));
                 let r =
                     route(&op, &Modeled::HOPPER, &Overrides::NONE).unwrap_or_else(|e| panic!("{shape} {dtype}: {e}"));
-                assert!(["gemv16", "sm90", "grouped", "fallback"].contains(&r.family()), "{shape}: {r}");
+                assert!(["gemv16", "sm90", "gemv16_moe", "grouped", "fallback"].contains(&r.family()), "{shape}: {r}");
                 if r.family() == "fallback" {
                     assert!(r.declined().iter().any(|(f, _)| *f == "sm90" || *f == "grouped"), "{shape}: {r}");
                 }

@@ -150,9 +150,15 @@ kernel_struct! {
         /// row_ctas * l * split
         tiles: i32 => "i32",
         tiles_per_cta: i32 => "i32",
-        /// activation rows (output columns): 1, or 2..=8 in gemv16.cu's `_cols` kernels, which
-        /// read b as [L, cols, K]
+        /// activation rows per batch: 1, 2..=8 in gemv16.cu's `_cols` kernels (the output's
+        /// columns; b is [L, cols, K]), or the tokens T in its `_moe` kernels (b is [1, T, K])
         cols: i32 => "i32",
+        /// the `_moe` kernels: [L] end rows of each expert's tokens (L = the experts); else 0
+        offsets: u64 => "const i32*",
+        /// the `_moe` kernels: [L] f32 per-expert alphas, or 0 (alpha applies)
+        alpha_l: u64 => "const u32*",
+        /// the `_moe` kernels with alpha_l: the global scales of the tokens and the weights
+        global: [f32; 2] => "float" [2],
     }
 }
 

@@ -34,6 +34,9 @@ pub fn cuda_sizes() -> String {
             ("KSTEP_CHUNKS", KSTEP_CHUNKS),
             ("STAGE_LOADS_PER_THREAD", STAGE_LOADS_PER_THREAD),
             ("COLS_ROW_PAD", COLS_ROW_PAD),
+            ("MAX_COLS", MAX_COLS),
+            ("MAX_COLS_WINDOW_BYTES", MAX_COLS_WINDOW_BYTES),
+            ("MOE_MAX_EXPERTS", MOE_MAX_EXPERTS),
         ],
         "an activation window (backend/cuda/kernels/gemv16.rs,\n// x_smem_per_chunk), by bytes of weights per thread per row per K-step",
         x_smem_per_chunk,
@@ -50,6 +53,10 @@ pub const COLS_ROW_PAD: usize = 64;
 /// Bytes of activation a `_cols` window may hold, padding included (two CTAs per SM fit with
 /// their static shared memory).
 pub const MAX_COLS_WINDOW_BYTES: usize = 96 * 1024;
+
+/// Experts the `_moe` kernels take: each CTA holds a table of their rows and segments in shared
+/// memory (2 x 4 bytes per expert, beside two CTAs' windows).
+pub const MOE_MAX_EXPERTS: usize = 512;
 
 /// The activation a kernel reads: 16-bit (W4A16), or NVFP4 in the weight's scale layout (the W4A4
 /// GEMM of 2 to [`MAX_COLS`] rows, decoded to f16 as it is staged).
@@ -79,9 +86,20 @@ pub fn symbol(act: XType, layout: ScaleLayout, chunk: Chunk, out: OutputDtype, c
     SYMBOLS[i]
 }
 
+/// The `_moe` kernel of a variant (the MoE form; K % 32 == 0, so 16 B chunks only): activation
+/// type x scale layout x output type.
+pub fn moe_symbol(act: XType, layout: ScaleLayout, out: OutputDtype) -> &'static str {
+    let act = match act {
+        XType::Dense(OutputDtype::F16) => 0,
+        XType::Dense(OutputDtype::Bf16) => 1,
+        XType::Nvfp4 => 2,
+    };
+    SYMBOLS[40 + 4 * act + 2 * usize::from(out == OutputDtype::Bf16) + usize::from(layout == ScaleLayout::Blocked)]
+}
+
 /// In `symbol`'s order: rows (and the NVFP4 activation last), activation, output, chunk, layout
-/// (the last varying fastest).
-const SYMBOLS: [&str; 40] = [
+/// (the last varying fastest); then the `_moe` kernels in `moe_symbol`'s order.
+const SYMBOLS: [&str; 52] = [
     "gemv16_nvfp4_sm90_f16_plain_to_f16",
     "gemv16_nvfp4_sm90_f16_blocked_to_f16",
     "gemv16_nvfp4_sm90_f16_plain_k16_to_f16",
@@ -122,6 +140,18 @@ const SYMBOLS: [&str; 40] = [
     "gemv16_nvfp4_sm90_nvfp4_blocked_to_bf16_cols",
     "gemv16_nvfp4_sm90_nvfp4_plain_k16_to_bf16_cols",
     "gemv16_nvfp4_sm90_nvfp4_blocked_k16_to_bf16_cols",
+    "gemv16_nvfp4_sm90_f16_plain_to_f16_moe",
+    "gemv16_nvfp4_sm90_f16_blocked_to_f16_moe",
+    "gemv16_nvfp4_sm90_f16_plain_to_bf16_moe",
+    "gemv16_nvfp4_sm90_f16_blocked_to_bf16_moe",
+    "gemv16_nvfp4_sm90_bf16_plain_to_f16_moe",
+    "gemv16_nvfp4_sm90_bf16_blocked_to_f16_moe",
+    "gemv16_nvfp4_sm90_bf16_plain_to_bf16_moe",
+    "gemv16_nvfp4_sm90_bf16_blocked_to_bf16_moe",
+    "gemv16_nvfp4_sm90_nvfp4_plain_to_f16_moe",
+    "gemv16_nvfp4_sm90_nvfp4_blocked_to_f16_moe",
+    "gemv16_nvfp4_sm90_nvfp4_plain_to_bf16_moe",
+    "gemv16_nvfp4_sm90_nvfp4_blocked_to_bf16_moe",
 ];
 
 /// The W4A16 GEMV kernels.
@@ -166,6 +196,18 @@ mod tests {
                 }
             }
         }
+        for out in [f, b] {
+            for layout in [ScaleLayout::Plain, ScaleLayout::Blocked] {
+                for act in [xf, xb, x4] {
+                    let moe = moe_symbol(act, layout, out);
+                    let to = if out == b { "_to_bf16_moe" } else { "_to_f16_moe" };
+                    assert!(moe.ends_with(to), "{moe}");
+                    all.push(moe);
+                }
+            }
+        }
+        assert_eq!(moe_symbol(xb, ScaleLayout::Blocked, f), "gemv16_nvfp4_sm90_bf16_blocked_to_f16_moe");
+        assert_eq!(moe_symbol(x4, ScaleLayout::Plain, b), "gemv16_nvfp4_sm90_nvfp4_plain_to_bf16_moe");
         all.sort_unstable();
         all.dedup();
         assert_eq!(all.len(), SYMBOLS.len());

@@ -91,12 +91,14 @@ pub fn pdl_ready(symbol: &str) -> bool {
 }
 
 /// The handwritten headers, `#include`d by these names (NVRTC has no include path).
-const STATIC_HEADERS: [(&str, &str); 25] = [
+const STATIC_HEADERS: [(&str, &str); 27] = [
     ("ptx.cuh", include_str!("../../../../kernels/ptx.cuh")),
     ("nvfp4.cuh", include_str!("../../../../kernels/nvfp4.cuh")),
     ("output.cuh", include_str!("../../../../kernels/output.cuh")),
     ("gemv_tiles.cuh", include_str!("../../../../kernels/gemv_tiles.cuh")),
     ("gemv16_cols.cuh", include_str!("../../../../kernels/gemv16_cols.cuh")),
+    ("gemv16_moe.cuh", include_str!("../../../../kernels/gemv16_moe.cuh")),
+    ("block_scan.cuh", include_str!("../../../../kernels/block_scan.cuh")),
     ("fallback/stage.cuh", include_str!("../../../../kernels/fallback/stage.cuh")),
     ("fallback/moe.cuh", include_str!("../../../../kernels/fallback/moe.cuh")),
     ("fallback/body.cuh", include_str!("../../../../kernels/fallback/body.cuh")),

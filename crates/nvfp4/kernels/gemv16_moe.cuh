@@ -1,0 +1,130 @@
+// gemv16_moe.cuh: the MoE form on the `_cols` kernels (the `_moe` kernels), for decode-sized
+// routings (a few rows per expert). Included by gemv16.cu inside its anonymous namespace, after
+// gemv16_cols.cuh.
+//
+// The operands are the MoE form's: tokens [1, T, K] sorted by expert (16-bit, or NVFP4 in the
+// weights' scale layout), weights [E, N, K] (matrix batch l = expert l), the experts' end rows
+// `offsets` [E] on the device (never read by the host), output [1, T, N]. Each CTA reads the
+// offsets once (after the launch's wait: the routing may come from the previous kernel) and lays
+// out in shared memory the segments: expert e's rows in groups of at most MAX_COLS, one group per
+// pass of the MMA's 8 columns. The tiles are (segment, row tile), segment-major, so that a CTA's
+// consecutive tiles share their segment's staged rows; CTA b takes tiles [b * per, (b + 1) * per)
+// of the launch's segments x row_ctas. An empty expert has no segment and costs nothing; the
+// whole K of a tile is one CTA's (no split-K: the experts' tiles fill the GPU at decode sizes).
+// The host never learns how many tiles there are: the grid is one wave, and a CTA past the
+// tiles returns.
+#pragma once
+
+namespace moe_walk {
+
+using gemv16::MAX_COLS;
+using gemv16::MOE_MAX_EXPERTS;
+constexpr int EXPERTS_PER_THREAD = (MOE_MAX_EXPERTS + THREADS - 1) / THREADS;
+
+// The expert table of one CTA: seg[e] = segments of the experts before e (seg[E] = all of
+// them); lo[e] = expert e's first row and lo[e + 1] its end, clamped into the T tokens as the
+// grouped launch clamps them (offsets come from the device unchecked: no value reads or writes
+// outside the operands; the rows of decreasing offsets are unspecified).
+struct Table {
+  int seg[MOE_MAX_EXPERTS + 1];
+  int lo[MOE_MAX_EXPERTS + 1];
+};
+
+// Fills the table from p.offsets (E = p.l experts, T = p.cols tokens); every thread calls it.
+__device__ __forceinline__ void build(const GemvParams& p, Table& tb) {
+  const int e_count = p.l, t_count = p.cols;
+  const int e0 = threadIdx.x * EXPERTS_PER_THREAD;
+  int seg[EXPERTS_PER_THREAD], sum = 0;
+#pragma unroll
+  for (int j = 0; j < EXPERTS_PER_THREAD; ++j) {
+    const int e = e0 + j;
+    seg[j] = 0;
+    if (e < e_count) {
+      const int lo = e == 0 ? 0 : min(max(p.offsets[e - 1], 0), t_count);
+      const int hi = min(max(p.offsets[e], lo), t_count);
+      tb.lo[e] = lo;
+      if (e == e_count - 1) tb.lo[e_count] = min(max(p.offsets[e], 0), t_count);
+      seg[j] = (hi - lo + MAX_COLS - 1) / MAX_COLS;
+      sum += seg[j];
+    }
+  }
+  int total;
+  int run = block_scan<THREADS>(sum, total);
+#pragma unroll
+  for (int j = 0; j < EXPERTS_PER_THREAD; ++j) {
+    if (e0 + j < e_count) tb.seg[e0 + j] = run;
+    run += seg[j];
+  }
+  if (threadIdx.x == 0) tb.seg[e_count] = total;
+  __syncthreads();
+}
+
+// The activation window of a segment of `cols` rows: the whole K when it fits the `_cols`
+// window's bytes, else as many K-steps as fit (K::CB bytes of weights per chunk: 4 CB bytes of
+// activations per row).
+template <int CB>
+__device__ __forceinline__ int window_ksteps(int cols, int ksteps) {
+  const int per_kstep = cols * KSTEP_CHUNKS * Chunk<CB>::X_BYTES;
+  return max(1, min(ksteps, (gemv16::MAX_COLS_WINDOW_BYTES - cols * gemv16::COLS_ROW_PAD) / per_kstep));
+}
+
+// Expert l's factor: the one alpha (p.alpha), or (alpha_l[l] * global(A)) * global(B) in f32,
+// the reference's order (round to nearest, no contraction), as the grouped launch forms it.
+__device__ __forceinline__ double alpha_of(const GemvParams& p, int l) {
+  if (p.alpha_l == nullptr) return p.alpha;
+  return (double)__fmul_rn(__fmul_rn(__uint_as_float(ptx::ld_nc_u32(p.alpha_l + l)), p.global[0]), p.global[1]);
+}
+
+template <class K>
+__device__ void run(const GemvParams& p) {
+  __shared__ Table tb;
+  ptx::wait_prerequisites();  // the offsets and alphas may be the previous kernel's output
+  build(p, tb);
+  const int e_count = p.l;
+  const int ksteps = (p.k / 2 / K::CB + KSTEP_CHUNKS - 1) / KSTEP_CHUNKS;
+  const int tiles = tb.seg[e_count] * p.row_ctas;
+  const int per = (tiles + gridDim.x - 1) / gridDim.x;
+  const auto tile_of = [&](int i) {
+    gemv_tiles::Tile t;
+    const int s = i / p.row_ctas;
+    t.rc = i % p.row_ctas;
+    // The expert of segment s: the last e with seg[e] <= s (an empty expert's seg equals the
+    // next one's, so the last of equal entries is the one holding s).
+    int lo = 0, hi = e_count;
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (tb.seg[mid] <= s) lo = mid; else hi = mid;
+    }
+    t.l = lo;
+    t.slice = 0;
+    t.ks0 = 0;
+    t.ks1 = ksteps;
+    t.x_l = 0;
+    t.x_r0 = tb.lo[lo] + (s - tb.seg[lo]) * MAX_COLS;
+    t.cols = min(MAX_COLS, max(tb.lo[lo + 1], tb.lo[lo]) - t.x_r0);
+    return t;
+  };
+  // A tile's segment (its rows): tiles of one segment share the staged window.
+  const auto key_of = [&](const gemv_tiles::Tile& t) { return t.x_r0; };
+  const auto window_of = [&](const gemv_tiles::Tile& t) { return window_ksteps<K::CB>(t.cols, ksteps); };
+  const int i0 = blockIdx.x * per;
+  gemv_tiles::walk<K, true>(p, tile_of, key_of, window_of, i0, min(i0 + per, tiles));
+  ptx::launch_dependents();  // a CTA with no tiles never staged
+}
+
+}  // namespace moe_walk
+
+// The `_moe` kernels' families: the `_cols` ones with each expert's factor.
+template <int CB, bool BLOCKED, bool ABF16, bool OBF16>
+struct W4A16Moe : W4A16Cols<CB, BLOCKED, ABF16, OBF16> {
+  static __device__ __forceinline__ double scale(const GemvParams& p, const gemv_tiles::Tile& t) {
+    return moe_walk::alpha_of(p, t.l) * Act<ABF16>::UNBIAS;
+  }
+};
+
+template <int CB, bool BLOCKED, bool OBF16>
+struct W4A4Moe : W4A4Cols<CB, BLOCKED, OBF16> {
+  static __device__ __forceinline__ double scale(const GemvParams& p, const gemv_tiles::Tile& t) {
+    return moe_walk::alpha_of(p, t.l) * nvfp4::W4A16_F16_UNBIAS * nvfp4::W4A16_F16_UNBIAS;
+  }
+};

@@ -1,0 +1,274 @@
+//! The MoE form at decode sizes on the W4A16 GEMV's `_cols` kernels (kernels/gemv16_moe.cuh, the
+//! `_moe` kernels of gemv16.cu): plan, route and bind.
+//!
+//! A decode step routes a few rows to each expert (SPEC §9: Qwen3-30B-A3B about 2 of 256 rows
+//! per expert, one DeepSeek-V3 expert-parallel rank about 1). The skeleton's grouped launch runs
+//! such an expert as a 16-row MMA tile fed by a work table built in a kernel of its own; here each
+//! expert's rows are the columns of the GEMV's MMA (up to 8 per pass), the weights streamed once
+//! per pass, and each CTA lays out the experts' rows from the device offsets itself, in the same
+//! launch. The route takes the MoE form when the routed rows average at most
+//! [`MAX_ROWS_PER_EXPERT`] per expert; more rows per expert re-read weights per pass of 8 and go to
+//! the skeleton.
+
+use std::fmt;
+
+use super::device::{product_alpha, to_i32, DeviceOp, Workspace, WorkspaceNeeds};
+use super::family::{DeviceFacts, Kernels, Launch, Plan, Verdict};
+use super::gemv_launch::{takes, GemvLaunch, MoeOperands, Operands};
+use super::gemv_tiling::Tiling;
+use super::kernels::gemv16::{moe_symbol, Chunk, XType, GEMV16, MAX_COLS_WINDOW_BYTES, MOE_MAX_EXPERTS};
+use super::overrides::Overrides;
+use crate::format::{OutputDtype, ScaleLayout};
+use crate::ops::{effective_alpha, Act, Activation, MoeAlpha, Op, OpMeta};
+use crate::{Error, Result};
+
+/// The most routed rows per expert, on average, that the `_moe` kernels take (Qwen3-30B-A3B and
+/// DeepSeek-V3 decode: 1-2; Mixtral-8x7B decode: 8, which stays on the skeleton).
+pub const MAX_ROWS_PER_EXPERT: usize = 4;
+
+/// The launch configuration of a MoE form on the `_moe` kernels.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MoeColsConfig {
+    /// Kernel symbol.
+    pub symbol: &'static str,
+    /// The tokens' type.
+    pub act: XType,
+    /// The output's type.
+    pub out: OutputDtype,
+    /// Scale layout of the weights (and of NVFP4 tokens).
+    pub layout: ScaleLayout,
+    /// (T, N, K, E): tokens, weight rows, reduction length, experts.
+    pub tnke: (usize, usize, usize, usize),
+    /// Row tiles, grid and shared memory (no split: the tiles come from the device).
+    pub tiling: Tiling,
+    /// SMs of the device.
+    pub sms: usize,
+}
+
+impl MoeColsConfig {
+    /// One wave of persistent CTAs (SMs x occupancy with the `_cols` window), each taking its
+    /// share of the (segment, row tile) tiles the device lays out.
+    pub fn choose(
+        tnke: (usize, usize, usize, usize),
+        (act, layout, out): (XType, ScaleLayout, OutputDtype),
+        sms: usize,
+        occupancy: impl FnOnce(usize) -> usize,
+    ) -> Self {
+        let (_, n, k, _) = tnke;
+        let symbol = moe_symbol(act, layout, out);
+        // The row tiles, K-steps and occupancy of the `_cols` tiling; one slice, no plan of tiles.
+        let mut tiling = Tiling::choose((n, k, 1), Chunk::B16, (MAX_COLS_WINDOW_BYTES, 0), 1, sms, occupancy);
+        tiling.split = 1;
+        tiling.ksteps_per_slice = tiling.ksteps;
+        tiling.window_ksteps = 0; // the device sizes each segment's window
+        tiling.tiles = 0;
+        tiling.tiles_per_cta = 0;
+        tiling.grid = sms * tiling.ctas_per_sm;
+        tiling.smem_bytes = MAX_COLS_WINDOW_BYTES;
+        Self { symbol, act, out, layout, tnke, tiling, sms }
+    }
+}
+
+impl fmt::Display for MoeColsConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (t, n, k, e) = self.tnke;
+        let g = &self.tiling;
+        write!(
+            f,
+            "{} T={t} N={n} K={k} E={e}: {} row tiles x the device's segments of <= 8 rows, {} K-steps, grid {} \
+             ({} CTAs/SM x {} SMs), {} B smem",
+            self.symbol, g.row_ctas, g.ksteps, g.grid, g.ctas_per_sm, self.sms, g.smem_bytes
+        )
+    }
+}
+
+/// Why the `_moe` kernels cannot take a MoE form of `(T, N, K, E)`, or `None`.
+fn rejects((t, n, k, e): (usize, usize, usize, usize)) -> Option<String> {
+    if !k.is_multiple_of(32) {
+        return Some(format!("K = {k} is not a multiple of 32"));
+    }
+    if e > MOE_MAX_EXPERTS {
+        return Some(format!("{e} experts: the kernels' table holds {MOE_MAX_EXPERTS}"));
+    }
+    if t > MAX_ROWS_PER_EXPERT * e {
+        return Some(format!("{t} rows over {e} experts: more than {MAX_ROWS_PER_EXPERT} per expert"));
+    }
+    // 32-bit offsets: the weights' rows (E x N), one expert's weights, the tokens, the output.
+    let fits = |x: Option<usize>| x.is_some_and(|x| i32::try_from(x).is_ok());
+    let ok = fits(e.checked_mul(n)) && fits(n.checked_mul(k / 2)) && fits(t.checked_mul(k)) && fits(t.checked_mul(n));
+    (!ok).then(|| format!("T {t} x N {n} x K {k} x E {e} exceeds the kernels' 32-bit offsets"))
+}
+
+/// The family's verdict on a MoE form: 16-bit tokens, or NVFP4 tokens in the weights' scale
+/// layout, few rows per expert, while the grouped launch is not forced.
+pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, overrides: &Overrides) -> Result<Verdict> {
+    let Op::MoeGemm { a, b, c, .. } = op else {
+        return Ok(Verdict::NotItsOp);
+    };
+    let act = match a {
+        Act::Dense(x) => XType::Dense(x.dtype),
+        Act::Nvfp4(x) if x.layout == b.layout => XType::Nvfp4,
+        Act::Nvfp4(_) => return Ok(Verdict::Declines("NVFP4 tokens in the weights' scale layout".into())),
+    };
+    if overrides.grouped.is_some() {
+        return Ok(Verdict::Declines("the grouped launch is forced (NVFP4_GROUPED_SM90)".into()));
+    }
+    let tnke = (a.rows(), b.rows, a.k(), b.l);
+    if let Some(why) = rejects(tnke) {
+        return Ok(Verdict::Declines(why));
+    }
+    let out = c.map_or(
+        match act {
+            XType::Dense(d) => d,
+            XType::Nvfp4 => OutputDtype::F16,
+        },
+        |c| c.dtype,
+    );
+    takes(facts, &GEMV16, |occupancy| {
+        let symbol = moe_symbol(act, b.layout, out);
+        MoeColsConfig::choose(tnke, (act, b.layout, out), facts.sms(), |smem| occupancy(symbol, smem))
+    })
+}
+
+impl Plan for MoeColsConfig {
+    fn family(&self) -> &'static str {
+        "gemv16_moe"
+    }
+    fn needs(&self) -> WorkspaceNeeds {
+        WorkspaceNeeds::default()
+    }
+    fn bind(&self, k: &dyn Kernels, op: &DeviceOp<'_>, ws: &Workspace) -> Result<Box<dyn Launch>> {
+        let Op::MoeGemm { a, b, offsets, alpha, c } = *op else {
+            return Err(Error::Invalid(format!("a MoE GEMV plan bound to a {}", op.name())));
+        };
+        let (t, n, kk, e) = self.tnke;
+        let am = a.act_meta();
+        if (am.l(), am.rows(), am.k()) != (1, t, kk) || (b.meta.l, b.meta.rows, b.meta.k) != (e, n, kk) {
+            return Err(Error::Shape(format!(
+                "gemv16 moe: tokens {:?} and weights {:?} do not match (T, N, K, E) = {:?}",
+                (am.l(), am.rows(), am.k()),
+                b.meta,
+                self.tnke
+            )));
+        }
+        let (values, scales, act) = match a {
+            Act::Dense(x) => (x.addr, 0, XType::Dense(x.dtype)),
+            Act::Nvfp4(x) => (x.values, x.scales, XType::Nvfp4),
+        };
+        let nvfp4_layout = match a {
+            Act::Nvfp4(x) => Some(x.meta.layout),
+            Act::Dense(_) => None,
+        };
+        if b.meta.layout != self.layout || nvfp4_layout.is_some_and(|l| l != self.layout) {
+            return Err(Error::Shape(format!(
+                "gemv16 moe: the weights' (and NVFP4 tokens') scales must be {:?}",
+                self.layout
+            )));
+        }
+        if (act, c.dtype) != (self.act, self.out) || c.shape != [1, t, n] {
+            return Err(Error::Shape(format!(
+                "gemv16 moe: a {act:?} input and a {} {:?} output need another plan than {}",
+                c.dtype, c.shape, self.symbol
+            )));
+        }
+        if matches!(a, Act::Dense(x) if !x.addr.is_multiple_of(16)) {
+            return Err(Error::Invalid("gemv16 moe: the tokens must be 16-byte aligned".into()));
+        }
+        if offsets.len != e {
+            return Err(Error::Shape(format!("gemv16 moe: {} offsets for {e} experts", offsets.len)));
+        }
+        // The one alpha as the reference forms it; per-expert alphas are formed by the kernel.
+        let (one, per_expert) = match alpha {
+            MoeAlpha::One(x) => (x, None),
+            MoeAlpha::PerExpert(v) if v.len == e => (None, Some(v)),
+            MoeAlpha::PerExpert(v) => {
+                return Err(Error::Shape(format!("gemv16 moe: {} alphas for {e} experts", v.len)))
+            }
+        };
+        let alpha = match a {
+            Act::Nvfp4(x) => product_alpha(one, x, b),
+            Act::Dense(_) => f64::from(effective_alpha(one, &a, b)),
+        };
+        let keep_a = match a {
+            Act::Nvfp4(x) => x.keep(),
+            Act::Dense(x) => x.keep(),
+        };
+        let ops = Operands {
+            a: b.values,
+            sfa: b.scales,
+            b: values,
+            sfb: scales,
+            c: c.addr,
+            alpha,
+            keep: [b.keep(), keep_a, c.keep(), offsets.keep()]
+                .into_iter()
+                .chain([per_expert.and_then(|v| v.keep())])
+                .flatten()
+                .collect(),
+        };
+        let moe = MoeOperands {
+            offsets: offsets.addr,
+            alpha_l: per_expert.map_or(0, |v| v.addr),
+            global: [am.global_scale(), b.meta.global_scale],
+        };
+        to_i32(t, "gemv16 moe: T")?;
+        let f = k.function(&GEMV16, self.symbol)?;
+        let launch =
+            GemvLaunch::new(k.gpu(), (self.symbol, &self.tiling), f, ops, ((n, kk, e), t), ws, ("gemv16 moe", "N"))?;
+        Ok(Box::new(launch.with_moe(moe)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cuda::family::Modeled;
+    use crate::backend::cuda::route::route as route_op;
+    use crate::backend::cuda::sm90::Forced;
+    use crate::problem::Shape;
+
+    fn run(counts: Vec<usize>, n: usize, k: usize, layout: ScaleLayout, act: Option<OutputDtype>) -> String {
+        let op = Shape::Moe { n, k, counts }.op_meta_in(layout, act);
+        match route_op(&op, &Modeled::HOPPER, &Overrides::NONE) {
+            Ok(r) => r.to_string(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// Decode routings of real models take the `_moe` kernels in both modes; more rows per expert,
+    /// K % 32 != 0, too many experts and a forced grouped launch do not, saying why.
+    #[test]
+    fn decode_routings_route_here() {
+        let qwen = vec![2; 128];
+        for act in [Some(OutputDtype::Bf16), Some(OutputDtype::F16), None] {
+            for layout in [ScaleLayout::Plain, ScaleLayout::Blocked] {
+                let r = run(qwen.clone(), 1536, 2048, layout, act);
+                assert!(r.starts_with("gemv16_moe: gemv16_nvfp4_sm90_"), "{r}");
+                assert!(r.contains("_moe T=256 N=1536 K=2048 E=128: 48 row tiles"), "{r}");
+            }
+        }
+        let r = run(vec![8; 8], 4096, 14336, ScaleLayout::Plain, Some(OutputDtype::Bf16));
+        assert!(r.starts_with("grouped") && r.contains("64 rows over 8 experts: more than 4 per expert"), "{r}");
+        let r = run(vec![1; 4], 256, 272, ScaleLayout::Plain, None);
+        assert!(r.contains("K = 272 is not a multiple of 32"), "{r}");
+        let r = run(vec![1; 600], 256, 256, ScaleLayout::Plain, None);
+        assert!(r.contains("600 experts: the kernels' table holds 512"), "{r}");
+        let op = Shape::Moe { n: 256, k: 256, counts: vec![1, 2, 0] }.op_meta_in(ScaleLayout::Plain, None);
+        let forced = route_op(&op, &Modeled::HOPPER, &Overrides::grouped(Forced::Skeleton)).unwrap();
+        assert_eq!(forced.family(), "grouped", "{forced}");
+    }
+
+    #[test]
+    fn one_wave_of_persistent_ctas_and_the_window() {
+        let c = MoeColsConfig::choose(
+            (38, 4096, 7168, 32),
+            (XType::Dense(OutputDtype::Bf16), ScaleLayout::Blocked, OutputDtype::Bf16),
+            132,
+            |_| 2,
+        );
+        assert_eq!(c.symbol, "gemv16_nvfp4_sm90_bf16_blocked_to_bf16_moe");
+        let t = &c.tiling;
+        assert_eq!((t.row_ctas, t.ksteps, t.split, t.grid, t.smem_bytes), (128, 7, 1, 264, MAX_COLS_WINDOW_BYTES));
+        assert_eq!(t.scratch(4096, 38, 32), WorkspaceNeeds::default());
+    }
+}
