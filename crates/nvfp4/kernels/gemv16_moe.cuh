@@ -104,8 +104,9 @@ __device__ void run(const GemvParams& p) {
     t.cols = min(MAX_COLS, max(tb.lo[lo + 1], tb.lo[lo]) - t.x_r0);
     return t;
   };
-  // A tile's segment (its rows): tiles of one segment share the staged window.
-  const auto key_of = [&](const gemv_tiles::Tile& t) { return t.x_r0; };
+  // A tile's rows: tiles of one segment share the staged window. (First row and count: with
+  // decreasing device offsets two experts' segments may start on one row with other counts.)
+  const auto key_of = [&](const gemv_tiles::Tile& t) { return t.x_r0 * (MAX_COLS + 1) + t.cols; };
   const auto window_of = [&](const gemv_tiles::Tile& t) { return window_ksteps<K::CB>(t.cols, ksteps); };
   const int i0 = blockIdx.x * per;
   gemv_tiles::walk<K, true>(p, tile_of, key_of, window_of, i0, min(i0 + per, tiles));

@@ -318,6 +318,12 @@ fn check_as(b: &CudaBackend, w: &W16, out: OutputDtype, rule: Rule, what: &str, 
     want
 }
 
+/// A MoE form the GEMV's `_moe` kernels take (a decode routing: at most 4 rows per expert on
+/// average, K % 32 == 0), not the skeleton.
+fn moe_decode(shape: &Shape) -> bool {
+    matches!(shape, Shape::Moe { k, counts, .. } if k % 32 == 0 && counts.iter().sum::<usize>() <= 4 * counts.len())
+}
+
 /// Odd sizes: M and N off every tile, K % 64 == 32 (plain scales by direct copy, the last
 /// sub-stage half past K), K % 256 != 0, batches, one token; and tile-filling ones. Up to 8 rows
 /// take the W4A16 GEMV's `_cols` kernels: K % 32 == 16 (8-byte chunks), split-K, batches.
@@ -394,6 +400,24 @@ fn every_variant(b: &CudaBackend, seed: u64, check: impl Fn(&CudaBackend, &W16, 
                 with_forced(b, op, value, |b| check(b, &w, dtype, &what));
             }
         }
+    }
+}
+
+/// A decode routing whose CTAs each walk several tiles (N = 4096: 128 row tiles per segment), so
+/// that the next tile's first K-step is loaded during an epilogue and a segment's staged rows
+/// serve several tiles; experts of 8, 9, 16 and 17 rows, K = 7168 (two windows for 8 rows), the
+/// `_moe` route asserted; exact data, bit-identical, both activation types.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn moe_decode_walks_many_tiles_per_cta() {
+    let b = gpu();
+    let shape = Shape::Moe { n: 4096, k: 7168, counts: vec![8, 9, 17, 0, 1, 0, 2, 3, 0, 16, 1, 0, 0, 4, 0, 1] };
+    assert!(moe_decode(&shape));
+    for (dtype, layout) in [(OutputDtype::Bf16, ScaleLayout::Blocked), (OutputDtype::F16, ScaleLayout::Plain)] {
+        let w = W16::make(&shape, dtype, layout, Data::Exact, 1300);
+        let (_, route) = w.run(&b, dtype, None, false);
+        assert!(route.contains("_moe T=62 N=4096 K=7168 E=16"), "{route}");
+        check(&b, &w, dtype, Rule::Exact, &format!("{shape} {dtype} {layout:?}"));
     }
 }
 

@@ -31,11 +31,12 @@ fn check_packed(b: &CudaBackend, w: &W16, out: OutputDtype, rule: Rule, what: &s
     want
 }
 
-/// The skeleton's shapes (no GEMM of up to 8 rows: the W4A16 GEMV family takes those), and a
-/// dual GEMM whose N is not a multiple of 8 (the pair's last 16 packed rows half past B1's and
-/// B2's rows).
+/// The skeleton's shapes (no GEMM of up to 8 rows and no decode routing: the W4A16 GEMV
+/// families take those, from the weights as they are), and a dual GEMM whose N is not a
+/// multiple of 8 (the pair's last 16 packed rows half past B1's and B2's rows).
 fn packed_shapes() -> Vec<Shape> {
-    let mut v: Vec<Shape> = shapes().into_iter().filter(|s| !matches!(s, Shape::Gemm { m, .. } if *m <= 8)).collect();
+    let mut v: Vec<Shape> =
+        shapes().into_iter().filter(|s| !matches!(s, Shape::Gemm { m, .. } if *m <= 8) && !moe_decode(s)).collect();
     v.push(Shape::DualGemm { m: 33, n: 77, k: 288, l: 2 });
     v
 }

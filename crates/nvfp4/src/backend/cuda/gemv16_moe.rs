@@ -82,7 +82,10 @@ impl fmt::Display for MoeColsConfig {
     }
 }
 
-/// Why the `_moe` kernels cannot take a MoE form of `(T, N, K, E)`, or `None`.
+/// Why the `_moe` kernels cannot take a MoE form of `(T, N, K, E)`, or `None`. (T <= 4 E also
+/// keeps the kernels' key of a window, 9 x its first row + its rows, within 32 bits. The rule is
+/// on the average: a skewed routing, all rows to one expert, streams that expert's weights once
+/// per 8 of its rows; the counts are on the device only.)
 fn rejects((t, n, k, e): (usize, usize, usize, usize)) -> Option<String> {
     if !k.is_multiple_of(32) {
         return Some(format!("K = {k} is not a multiple of 32"));
