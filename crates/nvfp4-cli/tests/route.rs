@@ -14,7 +14,7 @@ fn route(test: &str, args: &[&str], env: &[(&str, &str)]) -> std::process::Outpu
     let dir = Scratch::new(test);
     let mut c = Command::new(env!("CARGO_BIN_EXE_nvfp4"));
     c.arg("route").args(args).current_dir(&dir.0);
-    for var in ["NVFP4_GEMM_SM90", "NVFP4_DUAL_SM90", "NVFP4_GROUPED_SM90"] {
+    for var in ["NVFP4_GEMM_SM90", "NVFP4_DUAL_SM90", "NVFP4_GROUPED_SM90", "NVFP4_MOE_GEMV"] {
         c.env_remove(var);
     }
     c.envs(env.iter().copied()).output().expect("run the nvfp4 binary")

@@ -82,28 +82,34 @@ impl fmt::Display for MoeColsConfig {
     }
 }
 
-/// Why the `_moe` kernels cannot take a MoE form of `(T, N, K, E)`, or `None`. (T <= 4 E also
-/// keeps the kernels' key of a window, 9 x its first row + its rows, within 32 bits. The rule is
-/// on the average: a skewed routing, all rows to one expert, streams that expert's weights once
-/// per 8 of its rows; the counts are on the device only.)
-fn rejects((t, n, k, e): (usize, usize, usize, usize)) -> Option<String> {
+/// Why the `_moe` kernels cannot take a MoE form of `(T, N, K, E)`, or `None`; `any_rows`: take
+/// it whatever its rows per expert (`NVFP4_MOE_GEMV=on`). The rule is on the average: a skewed
+/// routing, all rows to one expert, streams that expert's weights once per 8 of its rows; the
+/// counts are on the device only.
+fn rejects((t, n, k, e): (usize, usize, usize, usize), any_rows: bool) -> Option<String> {
     if !k.is_multiple_of(32) {
         return Some(format!("K = {k} is not a multiple of 32"));
     }
     if e > MOE_MAX_EXPERTS {
         return Some(format!("{e} experts: the kernels' table holds {MOE_MAX_EXPERTS}"));
     }
-    if t > MAX_ROWS_PER_EXPERT * e {
+    if t > MAX_ROWS_PER_EXPERT * e && !any_rows {
         return Some(format!("{t} rows over {e} experts: more than {MAX_ROWS_PER_EXPERT} per expert"));
     }
     // 32-bit offsets: the weights' rows (E x N), one expert's weights, the tokens, the output.
     let fits = |x: Option<usize>| x.is_some_and(|x| i32::try_from(x).is_ok());
-    let ok = fits(e.checked_mul(n)) && fits(n.checked_mul(k / 2)) && fits(t.checked_mul(k)) && fits(t.checked_mul(n));
+    // And the kernels' key of a staged window: 9 x its first row + its rows.
+    let ok = fits(e.checked_mul(n))
+        && fits(n.checked_mul(k / 2))
+        && fits(t.checked_mul(k))
+        && fits(t.checked_mul(n))
+        && fits(t.checked_mul(9));
     (!ok).then(|| format!("T {t} x N {n} x K {k} x E {e} exceeds the kernels' 32-bit offsets"))
 }
 
 /// The family's verdict on a MoE form: 16-bit tokens, or NVFP4 tokens in the weights' scale
-/// layout, few rows per expert, while the grouped launch is not forced.
+/// layout, few rows per expert, while the grouped launch is not forced (`NVFP4_MOE_GEMV` decides
+/// first when set).
 pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, overrides: &Overrides) -> Result<Verdict> {
     let Op::MoeGemm { a, b, c, .. } = op else {
         return Ok(Verdict::NotItsOp);
@@ -113,11 +119,15 @@ pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, overrides: &Overrides)
         Act::Nvfp4(x) if x.layout == b.layout => XType::Nvfp4,
         Act::Nvfp4(_) => return Ok(Verdict::Declines("NVFP4 tokens in the weights' scale layout".into())),
     };
-    if overrides.grouped.is_some() {
-        return Ok(Verdict::Declines("the grouped launch is forced (NVFP4_GROUPED_SM90)".into()));
+    match overrides.moe_gemv {
+        Some(false) => return Ok(Verdict::Declines("disabled by NVFP4_MOE_GEMV=off".into())),
+        None if overrides.grouped.is_some() => {
+            return Ok(Verdict::Declines("the grouped launch is forced (NVFP4_GROUPED_SM90)".into()))
+        }
+        _ => {}
     }
     let tnke = (a.rows(), b.rows, a.k(), b.l);
-    if let Some(why) = rejects(tnke) {
+    if let Some(why) = rejects(tnke, overrides.moe_gemv == Some(true)) {
         return Ok(Verdict::Declines(why));
     }
     let out = c.map_or(
@@ -259,6 +269,15 @@ mod tests {
         let op = Shape::Moe { n: 256, k: 256, counts: vec![1, 2, 0] }.op_meta_in(ScaleLayout::Plain, None);
         let forced = route_op(&op, &Modeled::HOPPER, &Overrides::grouped(Forced::Skeleton)).unwrap();
         assert_eq!(forced.family(), "grouped", "{forced}");
+        // NVFP4_MOE_GEMV: off sends a decode routing to the grouped launch, on takes any rows per
+        // expert (Mixtral's 8), not a K its kernels cannot read.
+        let off = route_op(&op, &Modeled::HOPPER, &Overrides::moe_gemv(false)).unwrap();
+        assert!(off.family() == "grouped" && off.to_string().contains("NVFP4_MOE_GEMV=off"), "{off}");
+        let mixtral = Shape::Moe { n: 4096, k: 14336, counts: vec![8; 8] }.op_meta_in(ScaleLayout::Plain, None);
+        assert_eq!(route_op(&mixtral, &Modeled::HOPPER, &Overrides::moe_gemv(true)).unwrap().family(), "gemv16_moe");
+        let k48 = Shape::Moe { n: 256, k: 48, counts: vec![1, 2] }.op_meta_in(ScaleLayout::Plain, None);
+        let k48 = route_op(&k48, &Modeled::HOPPER, &Overrides::moe_gemv(true)).map(|r| r.family());
+        assert_ne!(k48.ok(), Some("gemv16_moe"));
     }
 
     #[test]

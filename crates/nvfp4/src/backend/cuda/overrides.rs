@@ -19,13 +19,16 @@ pub struct Overrides {
     pub dual: Option<Forced>,
     /// The grouped GEMM's (`NVFP4_GROUPED_SM90`; not `small` either).
     pub grouped: Option<Forced>,
+    /// The MoE form on the GEMV's `_moe` kernels (`NVFP4_MOE_GEMV`): `on` takes every routing
+    /// its kernels can index, whatever its rows per expert; `off` none.
+    pub moe_gemv: Option<bool>,
     /// Print each operation's route to stderr when it is bound (`NVFP4_PRINT_CONFIG=1`).
     pub print_routes: bool,
 }
 
 impl Overrides {
     /// None forced, nothing printed.
-    pub const NONE: Self = Self { gemm: None, dual: None, grouped: None, print_routes: false };
+    pub const NONE: Self = Self { gemm: None, dual: None, grouped: None, moe_gemv: None, print_routes: false };
 
     /// The overrides the environment asks for. A value that names nothing known is ignored with
     /// a warning on stderr (a typo must not silently time the wrong kernel).
@@ -44,10 +47,19 @@ impl Overrides {
                 None => ignored("not off, small, sm90 or a variant such as m256n64c1s2"),
             }
         };
+        let moe_gemv = std::env::var("NVFP4_MOE_GEMV").ok().and_then(|v| match v.as_str() {
+            "on" => Some(true),
+            "off" => Some(false),
+            _ => {
+                let _ = writeln!(std::io::stderr(), "nvfp4: NVFP4_MOE_GEMV={v} ignored: not on or off");
+                None
+            }
+        });
         Self {
             gemm: forced(Op::Gemm),
             dual: forced(Op::Dual),
             grouped: forced(Op::Grouped),
+            moe_gemv,
             print_routes: std::env::var("NVFP4_PRINT_CONFIG").is_ok_and(|v| v == "1"),
         }
     }
@@ -63,6 +75,10 @@ impl Overrides {
     /// Only the grouped GEMM forced to `f`.
     pub fn grouped(f: Forced) -> Self {
         Self { grouped: Some(f), ..Self::NONE }
+    }
+    /// Only the MoE form on the GEMV forced on or off.
+    pub fn moe_gemv(on: bool) -> Self {
+        Self { moe_gemv: Some(on), ..Self::NONE }
     }
 
     /// The forced choice for skeleton operation `op`.
