@@ -136,13 +136,7 @@ pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, overrides: &Overrides)
     if let Some(why) = beyond_i32((w.rows, w.k, w.l), cols).filter(|_| form == Form::Gemm) {
         return Ok(Verdict::Declines(why));
     }
-    let out = c.map_or(
-        match act {
-            XType::Dense(d) => d,
-            XType::Nvfp4 => OutputDtype::F16,
-        },
-        |c| c.dtype,
-    );
+    let out = act.out_or(c.map(|c| c.dtype));
     takes(facts, &GEMV16, |occupancy| {
         Gemv16Config::choose((form, cols), (w.rows, w.k, w.l), (act, w.layout, out), facts.sms(), occupancy)
     })

@@ -130,13 +130,7 @@ pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, overrides: &Overrides)
     if let Some(why) = rejects(tnke, overrides.moe_gemv == Some(true)) {
         return Ok(Verdict::Declines(why));
     }
-    let out = c.map_or(
-        match act {
-            XType::Dense(d) => d,
-            XType::Nvfp4 => OutputDtype::F16,
-        },
-        |c| c.dtype,
-    );
+    let out = act.out_or(c.map(|c| c.dtype));
     takes(facts, &GEMV16, |occupancy| {
         let symbol = moe_symbol(act, b.layout, out);
         MoeColsConfig::choose(tnke, (act, b.layout, out), facts.sms(), |smem| occupancy(symbol, smem))

@@ -86,6 +86,17 @@ pub fn symbol(act: XType, layout: ScaleLayout, chunk: Chunk, out: OutputDtype, c
     SYMBOLS[i]
 }
 
+impl XType {
+    /// The output type of an operation on this activation: the output's when it is known, else
+    /// the activation's (f16 for an NVFP4 one).
+    pub fn out_or(self, given: Option<OutputDtype>) -> OutputDtype {
+        given.unwrap_or(match self {
+            XType::Dense(d) => d,
+            XType::Nvfp4 => OutputDtype::F16,
+        })
+    }
+}
+
 /// The `_moe` kernel of a variant (the MoE form; K % 32 == 0, so 16 B chunks only): activation
 /// type x scale layout x output type.
 pub fn moe_symbol(act: XType, layout: ScaleLayout, out: OutputDtype) -> &'static str {
