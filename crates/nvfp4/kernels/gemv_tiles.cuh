@@ -149,9 +149,9 @@ __device__ void walk(const GemvParams& p, TileOf tile_of, KeyOf key_of, WindowOf
     const int my_row = K::row(t.rc, row0, o.q, o.r);
     const bool writer = o.holds && o.col < t.cols && my_row < p.m;
     const double scale = K::scale(p, t);
-    const i64 out_row = (i64)t.x_l * batch_rows<K>(p) + t.x_r0;
+    const auto out_row = [&]() { return (i64)t.x_l * batch_rows<K>(p) + t.x_r0; };
     if (p.split == 1) {
-      if (writer) p.c[(out_row + o.col) * p.m + my_row] = out::of_f64((double)o.total * scale, K::OUT_BF16);
+      if (writer) p.c[(out_row() + o.col) * p.m + my_row] = out::of_f64((double)o.total * scale, K::OUT_BF16);
       continue;
     }
     // Split-K (the dense walk only): each slice writes f32 partials [split, L, cols, M]; the last
@@ -175,7 +175,7 @@ __device__ void walk(const GemvParams& p, TileOf tile_of, KeyOf key_of, WindowOf
           float sum = 0.f;
           for (int s = 0; s < p.split; ++s)
             sum += ptx::ld_cg_f32(p.partial + (((i64)s * p.l + t.l) * cols + col) * p.m + r);
-          p.c[(out_row + col) * p.m + r] = out::of_f64((double)sum * scale, K::OUT_BF16);
+          p.c[(out_row() + col) * p.m + r] = out::of_f64((double)sum * scale, K::OUT_BF16);
         }
       }
       if (threadIdx.x == 0) p.counters[(i64)t.l * p.row_ctas + t.rc] = 0;  // ready for the next launch
