@@ -80,18 +80,18 @@ fn w4a16_shapes_the_skeleton_declines_print_the_fallback() {
 }
 
 #[test]
-fn decode_routings_take_the_gemv_moe_kernels_unless_the_grouped_launch_is_forced() {
+fn batch1_decode_routings_take_the_gemv_moe_kernels_unless_the_grouped_launch_is_forced() {
     for (test, act, symbol) in [
         ("route-moe-decode", &[][..], "gemv16_nvfp4_sm90_nvfp4_plain_to_f16_moe"),
         ("route-moe-decode-w16", &["--act", "bf16"][..], "gemv16_nvfp4_sm90_bf16_plain_to_bf16_moe"),
     ] {
-        let o = route(test, &[&["grouped-gemm", "--shape", "moe:2,0,1,9,0,3/1536/2048"][..], act].concat(), &[]);
+        let o = route(test, &[&["grouped-gemm", "--shape", "moe:1,0,0,0,0,1,0,0/1536/2048"][..], act].concat(), &[]);
         assert_exit(&o, 0);
         let text = stdout(&o);
-        assert!(text.contains(&format!(": gemv16_moe: {symbol} T=15 N=1536 K=2048 E=6")), "{text}");
+        assert!(text.contains(&format!(": gemv16_moe: {symbol} T=2 N=1536 K=2048 E=8")), "{text}");
     }
     let forced = [("NVFP4_GROUPED_SM90", "m256n16")];
-    let o = route("route-moe-decode-forced", &["grouped-gemm", "--shape", "moe:2,0,1,9,0,3/1536/2048"], &forced);
+    let o = route("route-moe-decode-forced", &["grouped-gemm", "--shape", "moe:1,0,0,0,0,1,0,0/1536/2048"], &forced);
     assert_exit(&o, 0);
     let text = stdout(&o);
     assert!(text.contains(": grouped: ") && text.contains("[not gemv16_moe: the grouped launch is forced"), "{text}");

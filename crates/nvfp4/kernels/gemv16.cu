@@ -34,6 +34,7 @@
 // gemv16.rs), which the host's plan uses too.
 #include "generated.cuh"
 #include "gemv_tiles.cuh"
+#include "gemv_stream.cuh"
 #include "block_scan.cuh"
 
 namespace {
@@ -202,6 +203,72 @@ __device__ __forceinline__ void load_w(const Cursor<CB, BLOCKED>& cur, WChunk& x
   }
 }
 
+// ---- The weight ring of the `_moe` kernels (gemv_stream.cuh): each thread copies its own K-step
+// data (load_w's bytes) with cp.async into its slots of a ring stage and reads them back itself,
+// so no barrier guards a stage. A stage: W [q][THREADS] x 16 B, then the scales, [THREADS] x 16 B
+// (blocked: the thread's 16 B group) or [q][THREADS] x 4 B (plain: the aligned word holding the
+// chunk's 2 bytes). 16 B chunks only (K % 32 == 0).
+constexpr int RING_STAGE_BYTES = THREADS * (ROWS_PER_THREAD * 16 + 16);
+
+template <bool BLOCKED>
+__device__ __forceinline__ void issue_w(const Cursor<16, BLOCKED>& cur, u32 stage, bool ok, u64 pol) {
+  const u32 slot = stage + threadIdx.x * 16;
+  const u32 sf = stage + ROWS_PER_THREAD * THREADS * 16;
+  if (!ok) {  // past K: zeros (zero values and zero scales decode to +0), as load_w
+#pragma unroll
+    for (int q = 0; q < ROWS_PER_THREAD; ++q) ptx::sts_v4(slot + q * THREADS * 16, 0u, 0u, 0u, 0u);
+    if (BLOCKED) {
+      ptx::sts_v4(sf + threadIdx.x * 16, 0u, 0u, 0u, 0u);
+    } else {
+#pragma unroll
+      for (int q = 0; q < ROWS_PER_THREAD; ++q) ptx::sts_u32(sf + (q * THREADS + threadIdx.x) * 4, 0u);
+    }
+    return;
+  }
+#pragma unroll
+  for (int q = 0; q < ROWS_PER_THREAD; ++q) ptx::cp_async_16(slot + q * THREADS * 16, cur.w + cur.w_off[q], pol);
+  if (BLOCKED) {
+    ptx::cp_async_16_plain(sf + threadIdx.x * 16, cur.sf);
+  } else {
+#pragma unroll
+    for (int q = 0; q < ROWS_PER_THREAD; ++q) {
+      const u64 a = reinterpret_cast<u64>(cur.sf + cur.sf_off[q]);
+      ptx::cp_async_4(sf + (q * THREADS + threadIdx.x) * 4, reinterpret_cast<const void*>(a & ~(u64)3));
+    }
+  }
+}
+
+// What the read-back needs of a tile (constant over its K-steps: a K-step moves the scales by a
+// multiple of 4 bytes): blocked, the bit offset of the chunk's scales in its row's word; plain,
+// bit q set when row q's 2 bytes are the high half of their aligned word.
+template <bool BLOCKED>
+__device__ __forceinline__ u32 ring_info(const Cursor<16, BLOCKED>& cur) {
+  if (BLOCKED) return cur.sf_shift;
+  u32 info = 0;
+#pragma unroll
+  for (int q = 0; q < ROWS_PER_THREAD; ++q)
+    info |= (u32)((reinterpret_cast<u64>(cur.sf + cur.sf_off[q]) >> 1) & 1) << q;
+  return info;
+}
+
+template <bool BLOCKED>
+__device__ __forceinline__ void fetch_w(const u8* stage, u32 info, WChunk& x) {
+#pragma unroll
+  for (int q = 0; q < ROWS_PER_THREAD; ++q)
+    x.v[q] = *reinterpret_cast<const uint4*>(stage + (q * THREADS + threadIdx.x) * 16);
+  const u8* sf = stage + ROWS_PER_THREAD * THREADS * 16;
+  if (BLOCKED) {
+    const uint4 g = *reinterpret_cast<const uint4*>(sf + threadIdx.x * 16);
+    const u32 w[4] = {g.x, g.y, g.z, g.w};
+#pragma unroll
+    for (int q = 0; q < ROWS_PER_THREAD; ++q) x.s[q] = (w[q] >> info) & 0xFFFFu;
+  } else {
+#pragma unroll
+    for (int q = 0; q < ROWS_PER_THREAD; ++q)
+      x.s[q] = (*reinterpret_cast<const u32*>(sf + (q * THREADS + threadIdx.x) * 4) >> (16 * ((info >> q) & 1))) & 0xFFFFu;
+  }
+}
+
 // d[u] += MMA tile u's products for one K-step: rows q = 2u (A rows g) and 2u + 1 (A rows g + 8).
 template <int CB, bool ABF16>
 __device__ __forceinline__ void compute(const WChunk& x, const u8* xs, int wc, int cl, float (&d)[2][4]) {
@@ -263,6 +330,13 @@ struct W4A16 {
   static __device__ __forceinline__ void load(const Cursor& cur, WChunk& x, bool ok, u64 pol) {
     load_w<CB, BLOCKED>(cur, x, ok, pol);
   }
+  // The weight ring's part (gemv_stream.cuh; 16 B chunks only).
+  static constexpr int RING_STAGE_BYTES = ::RING_STAGE_BYTES;
+  static __device__ __forceinline__ void issue(const Cursor& cur, u32 stage, bool ok, u64 pol) {
+    issue_w<BLOCKED>(cur, stage, ok, pol);
+  }
+  static __device__ __forceinline__ u32 ring_info(const Cursor& cur) { return ::ring_info<BLOCKED>(cur); }
+  static __device__ __forceinline__ void fetch(const u8* stage, u32 info, WChunk& x) { fetch_w<BLOCKED>(stage, info, x); }
   static __device__ __forceinline__ void compute(const gemv_tiles::Tile&, const WChunk& x, const u8* xs, int wc,
                                                  int cl, float (&d)[2][4]) {
     ::compute<CB, ABF16>(x, xs, wc, cl, d);

@@ -12,7 +12,11 @@
 // of the launch's segments x row_ctas. An empty expert has no segment and costs nothing; the
 // whole K of a tile is one CTA's (no split-K: the experts' tiles fill the GPU at decode sizes).
 // The host never learns how many tiles there are: the grid is one wave, and a CTA past the
-// tiles returns.
+// tiles returns. An expert's K is a few K-steps, so the weights go through gemv_stream.cuh's ring
+// (RING_STAGES - 1 K-steps in flight per thread across tile edges) rather than gemv_tiles.cuh's
+// register double buffer: measured on the H200 (NOTES.md, "Session 16") 0.85-0.9x the time at
+// Qwen3-30B-A3B's and DeepSeek-V3's decode routings, 1.05-1.07x on single tiles of 7 or more
+// K-steps; 4 stages ran slower than 3.
 #pragma once
 
 namespace moe_walk {
@@ -20,6 +24,13 @@ namespace moe_walk {
 using gemv16::MAX_COLS;
 using gemv16::MOE_MAX_EXPERTS;
 constexpr int EXPERTS_PER_THREAD = (MOE_MAX_EXPERTS + THREADS - 1) / THREADS;
+// The dynamic shared memory (gemv16::MOE_SMEM_BYTES, the host's): the weight ring
+// (gemv_stream.cuh), RING_STAGES - 1 K-steps in flight per thread, then the window of the tokens.
+constexpr int RING_STAGES = 3;
+constexpr int RING_BYTES = RING_STAGES * RING_STAGE_BYTES;
+constexpr int WINDOW_BYTES = gemv16::MOE_SMEM_BYTES - RING_BYTES;
+static_assert(WINDOW_BYTES >= MAX_COLS * (KSTEP_CHUNKS * Chunk<16>::X_BYTES + gemv16::COLS_ROW_PAD),
+              "a window holds one K-step of 8 rows");
 
 // The expert table of one CTA: seg[e] = segments of the experts before e (seg[E] = all of
 // them); lo[e] = expert e's first row and lo[e + 1] its end, clamped into the T tokens as the
@@ -65,7 +76,7 @@ __device__ __forceinline__ void build(const GemvParams& p, Table& tb) {
 template <int CB>
 __device__ __forceinline__ int window_ksteps(int cols, int ksteps) {
   const int per_kstep = cols * KSTEP_CHUNKS * Chunk<CB>::X_BYTES;
-  return max(1, min(ksteps, (gemv16::MAX_COLS_WINDOW_BYTES - cols * gemv16::COLS_ROW_PAD) / per_kstep));
+  return max(1, min(ksteps, (WINDOW_BYTES - cols * gemv16::COLS_ROW_PAD) / per_kstep));
 }
 
 // Expert l's factor: the one alpha (p.alpha), or (alpha_l[l] * global(A)) * global(B) in f32,
@@ -109,7 +120,8 @@ __device__ void run(const GemvParams& p) {
   const auto key_of = [&](const gemv_tiles::Tile& t) { return t.x_r0 * (MAX_COLS + 1) + t.cols; };
   const auto window_of = [&](const gemv_tiles::Tile& t) { return window_ksteps<K::CB>(t.cols, ksteps); };
   const int i0 = blockIdx.x * per;
-  gemv_tiles::walk<K, true>(p, tile_of, key_of, window_of, i0, min(i0 + per, tiles));
+  extern __shared__ __align__(16) u8 smem[];
+  gemv_tiles::stream<K, RING_STAGES>(p, smem + RING_BYTES, smem, tile_of, key_of, window_of, i0, min(i0 + per, tiles));
   ptx::launch_dependents();  // a CTA with no tiles never staged
 }
 

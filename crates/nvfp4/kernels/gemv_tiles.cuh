@@ -24,8 +24,9 @@
 // The work (backend/cuda/gemv_tiling.rs plans it): a tile is 32 rows of one batch, rows
 // 128*t + 32*q + 8*(tile%4) + r, q = 0..3, r = 0..7 (in the blocked scale layout a thread's
 // 4 rows share one 16 B scale group); K is walked in K-steps of 32 chunks, one K range (slice) per
-// tile when split-K. CTA b runs tiles [b * tiles_per_cta, (b + 1) * tiles_per_cta) (`run`), or,
-// in the MoE form, tiles of a table each CTA builds from the experts' device offsets (`run_moe`).
+// tile when split-K. CTA b runs tiles [b * tiles_per_cta, (b + 1) * tiles_per_cta) (`run`); in the
+// MoE form each CTA lays out its tiles from the experts' device offsets (gemv16_moe.cuh) and
+// walks them with gemv_stream.cuh's weight ring.
 // The activation rows of a tile: [x_r0, x_r0 + cols) of activation batch x_l, of p.cols rows per
 // batch in the `_cols` and `_moe` kernels (one otherwise); output row (x_l * rows + x_r0 + col).
 #pragma once
@@ -61,34 +62,78 @@ __device__ __forceinline__ int batch_rows(const GemvParams& p) {
   return K::COLS ? p.cols : 1;  // a compile-time 1 keeps the one-column kernels' registers
 }
 
+// The first of tile t's 128 rows that hold its 32 (row tile rc: rows row0 + 32 q + r).
+__device__ __forceinline__ int first_row(const Tile& t) { return (t.rc / 4) * 128 + (t.rc % 4) * 8; }
+
+// The thread's rows of tile t (row_residue r).
+template <class K>
+__device__ __forceinline__ void tile_rows(const Tile& t, int residue, int (&row)[ROWS_PER_THREAD]) {
+  const int row0 = first_row(t);
+#pragma unroll
+  for (int q = 0; q < ROWS_PER_THREAD; ++q) row[q] = K::row(t.rc, row0, q, residue);
+}
+
+// The epilogue of tile t (rows from row0), after its last K-step: one total per row and column,
+// then f16 or bf16 (or, split, an f32 partial and the slice-order fixup).
+template <class K>
+__device__ __forceinline__ void finish(const GemvParams& p, const Tile& t, int row0, const typename K::Acc& acc,
+                                       int warp, int lane) {
+  __shared__ u32 s_last;
+  const Out o = K::reduce(acc, warp, lane);
+  const int my_row = K::row(t.rc, row0, o.q, o.r);
+  const bool writer = o.holds && o.col < t.cols && my_row < p.m;
+  const double scale = K::scale(p, t);
+  const auto out_row = [&]() { return (i64)t.x_l * batch_rows<K>(p) + t.x_r0; };
+  if (p.split == 1) {
+    if (writer) p.c[(out_row() + o.col) * p.m + my_row] = out::of_f64((double)o.total * scale, K::OUT_BF16);
+    return;
+  }
+  // Split-K (the dense walk only): each slice writes f32 partials [split, L, cols, M]; the last
+  // CTA of a row tile (an atomic counter, reset by that CTA) adds them in slice order
+  // (deterministic).
+  const int cols = t.cols;
+  if (writer) p.partial[(((i64)t.slice * p.l + t.l) * cols + o.col) * p.m + my_row] = o.total;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const u32 arrived = atomicAdd(p.counters + (i64)t.l * p.row_ctas + t.rc, 1u);
+    s_last = arrived == (u32)p.split - 1;
+  }
+  __syncthreads();
+  if (s_last) {
+    __threadfence();
+    if (threadIdx.x < 32 * cols) {
+      const int tr = threadIdx.x % 32, col = threadIdx.x / 32;  // tile row, column
+      const int r = K::row(t.rc, row0, tr / 8, tr % 8);
+      if (r < p.m) {
+        float sum = 0.f;
+        for (int s = 0; s < p.split; ++s)
+          sum += ptx::ld_cg_f32(p.partial + (((i64)s * p.l + t.l) * cols + col) * p.m + r);
+        p.c[(out_row() + col) * p.m + r] = out::of_f64((double)sum * scale, K::OUT_BF16);
+      }
+    }
+    if (threadIdx.x == 0) p.counters[(i64)t.l * p.row_ctas + t.rc] = 0;  // ready for the next launch
+  }
+}
+
 // The tile walk of one CTA: tiles tile_of(i), i in [i0, i1), each streamed over its K range and
-// its output written. PRELOAD: the first K-step of the next tile is loaded before a tile's
-// epilogue, so that the weight stream does not pause at tile edges (for walks of many short tiles;
-// it keeps a K-step's registers live through the epilogue: the one-row 16 B W4A16 kernels
-// spilled with it).
-template <class K, bool PRELOAD, class TileOf, class KeyOf, class WindowOf>
+// its output written. (Walks of many short tiles stream better through gemv_stream.cuh's ring.)
+template <class K, class TileOf, class KeyOf, class WindowOf>
 __device__ void walk(const GemvParams& p, TileOf tile_of, KeyOf key_of, WindowOf window_of, int i0, int i1) {
   extern __shared__ __align__(16) u8 smem[];
-  __shared__ u32 s_last;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int first = K::first_chunk(warp, lane), own = K::own_chunk(lane), residue = K::row_residue(warp, lane);
   const int chunks = p.k / 2 / K::CB;
   const u64 pol = ptx::policy_evict_first();
   int staged = -1;  // the key whose vector is in shared memory, when it fits one window
-  const auto rows_of = [&](const Tile& t, int (&row)[ROWS_PER_THREAD]) {
-    const int row0 = (t.rc / 4) * 128 + (t.rc % 4) * 8;
-#pragma unroll
-    for (int q = 0; q < ROWS_PER_THREAD; ++q) row[q] = K::row(t.rc, row0, q, residue);
-  };
   typename K::Data x0, x1;
-  bool preloaded = false;  // x0 holds the tile's first K-step
 
   for (int i = i0; i < i1; ++i) {
     const Tile t = tile_of(i);
-    const int row0 = (t.rc / 4) * 128 + (t.rc % 4) * 8;
+    const int row0 = first_row(t);
     int row[ROWS_PER_THREAD];
-    rows_of(t, row);
+    tile_rows<K>(t, residue, row);
     const int window = window_of(t);
     const bool one_window = t.ks1 - t.ks0 <= window;
     const int wc = window * KSTEP_CHUNKS;  // chunks per shared-memory window
@@ -119,8 +164,7 @@ __device__ void walk(const GemvParams& p, TileOf tile_of, KeyOf key_of, WindowOf
       // first chunk decides whether a K-step is computed (W4A16: the MMA needs all 32 lanes, so
       // the test is per warp, and a lane past K within a live warp multiplies zeros); the
       // thread's own chunk whether it loads.
-      if (!preloaded) K::load(cur, x0, ws * KSTEP_CHUNKS + first + own < chunks, pol);
-      preloaded = false;
+      K::load(cur, x0, ws * KSTEP_CHUNKS + first + own < chunks, pol);
       cur.advance();
       for (int ks = ws; ks < we; ks += 2) {
         const int c0 = ks * KSTEP_CHUNKS + first, c1 = c0 + KSTEP_CHUNKS;
@@ -133,53 +177,7 @@ __device__ void walk(const GemvParams& p, TileOf tile_of, KeyOf key_of, WindowOf
         if (c1 < chunks) K::compute(t, x1, smem, wc, c1 + own - ws * KSTEP_CHUNKS, acc);
       }
     }
-    // The next tile's first K-step, in flight during this epilogue (its first window's staging
-    // waits for it in registers).
-    if (PRELOAD && i + 1 < i1) {
-      const Tile n = tile_of(i + 1);
-      int nrow[ROWS_PER_THREAD];
-      rows_of(n, nrow);
-      const int c = n.ks0 * KSTEP_CHUNKS + first + own;
-      K::load(K::cursor(p, n.l, nrow, c), x0, c < chunks, pol);
-      preloaded = true;
-    }
-
-    // Epilogue: one total per row and column, then f16 or bf16 (or an f32 partial when split).
-    const Out o = K::reduce(acc, warp, lane);
-    const int my_row = K::row(t.rc, row0, o.q, o.r);
-    const bool writer = o.holds && o.col < t.cols && my_row < p.m;
-    const double scale = K::scale(p, t);
-    const auto out_row = [&]() { return (i64)t.x_l * batch_rows<K>(p) + t.x_r0; };
-    if (p.split == 1) {
-      if (writer) p.c[(out_row() + o.col) * p.m + my_row] = out::of_f64((double)o.total * scale, K::OUT_BF16);
-      continue;
-    }
-    // Split-K (the dense walk only): each slice writes f32 partials [split, L, cols, M]; the last
-    // CTA of a row tile (an atomic counter, reset by that CTA) adds them in slice order
-    // (deterministic).
-    const int cols = t.cols;
-    if (writer) p.partial[(((i64)t.slice * p.l + t.l) * cols + o.col) * p.m + my_row] = o.total;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      const u32 arrived = atomicAdd(p.counters + (i64)t.l * p.row_ctas + t.rc, 1u);
-      s_last = arrived == (u32)p.split - 1;
-    }
-    __syncthreads();
-    if (s_last) {
-      __threadfence();
-      if (threadIdx.x < 32 * cols) {
-        const int tr = threadIdx.x % 32, col = threadIdx.x / 32;  // tile row, column
-        const int r = K::row(t.rc, row0, tr / 8, tr % 8);
-        if (r < p.m) {
-          float sum = 0.f;
-          for (int s = 0; s < p.split; ++s)
-            sum += ptx::ld_cg_f32(p.partial + (((i64)s * p.l + t.l) * cols + col) * p.m + r);
-          p.c[(out_row() + col) * p.m + r] = out::of_f64((double)sum * scale, K::OUT_BF16);
-        }
-      }
-      if (threadIdx.x == 0) p.counters[(i64)t.l * p.row_ctas + t.rc] = 0;  // ready for the next launch
-    }
+    finish<K>(p, t, row0, acc, warp, lane);
   }
 }
 
@@ -204,7 +202,7 @@ __device__ void run(const GemvParams& p) {
   const auto key_of = [&](const Tile& t) { return t.l * p.split + t.slice; };
   const auto window_of = [&](const Tile&) { return p.window_ksteps; };
   const int i0 = blockIdx.x * p.tiles_per_cta;
-  walk<K, false>(p, tile_of, key_of, window_of, i0, min(i0 + p.tiles_per_cta, p.tiles));
+  walk<K>(p, tile_of, key_of, window_of, i0, min(i0 + p.tiles_per_cta, p.tiles));
 }
 
 }  // namespace gemv_tiles

@@ -121,6 +121,33 @@ NVFP4_DEVICE float ld_cg_f32(const float* p) {
   return v;
 }
 
+// ---- cp.async (per-thread copies into shared memory, completed by group) -----------------------
+
+// 16 B of global memory to shared memory `dst` (a shared-window address), bypassing L1, L2
+// evict-first with a 256 B L2 prefetch, as `ld_stream_v4`.
+// NOTE: no zero-fill (src-size) forms: on the H200, the 16 B copy of the blocked scales with
+// src-size 0 raised CUDA_ERROR_ILLEGAL_INSTRUCTION (compute-sanitizer located it); callers store
+// zeros themselves.
+NVFP4_DEVICE void cp_async_16(u32 dst, const void* src, u64 pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "l"(pol)
+               : "memory");
+}
+// 16 B, L2's default policy (scales: neighbouring threads share their sectors).
+NVFP4_DEVICE void cp_async_16_plain(u32 dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+// 4 B (src 4-byte aligned) through L1 (neighbouring threads share the sectors: scales).
+NVFP4_DEVICE void cp_async_4(u32 dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+NVFP4_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are pending; the completed groups'
+// shared-memory writes are then visible to this thread.
+template <int N>
+NVFP4_DEVICE void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
 // ---- integer and byte tricks -------------------------------------------------------------------
 
 // Byte permute: byte i of the result is byte (sel >> 4i) & 7 of {b, a} (a = bytes 0..3).

@@ -26,7 +26,7 @@ use nvfp4::{
 };
 
 mod common;
-use common::{gpu, with_forced};
+use common::{gpu, with_forced, MOE_GEMV};
 
 // The mma.sync fallback's shapes (cuda_w4a16/fallback.rs).
 #[path = "cuda_w4a16/fallback.rs"]
@@ -318,10 +318,13 @@ fn check_as(b: &CudaBackend, w: &W16, out: OutputDtype, rule: Rule, what: &str, 
     want
 }
 
-/// A MoE form the GEMV's `_moe` kernels take (a decode routing: at most 4 rows per expert on
-/// average, K % 32 == 0), not the skeleton.
+/// A MoE form the route sends to the GEMV's `_moe` kernels (K % 32 == 0, at most one row per 4
+/// experts, per 8 where K fills less than 7/8 of its last K-step of 1024), not the skeleton.
 fn moe_decode(shape: &Shape) -> bool {
-    matches!(shape, Shape::Moe { k, counts, .. } if k % 32 == 0 && counts.iter().sum::<usize>() <= 4 * counts.len())
+    let Shape::Moe { k, counts, .. } = shape else { return false };
+    let (t, e, chunks) = (counts.iter().sum::<usize>(), counts.len(), k / 32);
+    let filled = 8 * chunks >= 7 * 32 * chunks.div_ceil(32);
+    k % 32 == 0 && 4 * t <= e && (filled || 8 * t <= e)
 }
 
 /// Odd sizes: M and N off every tile, K % 64 == 32 (plain scales by direct copy, the last
@@ -348,8 +351,10 @@ fn shapes() -> Vec<Shape> {
         Shape::GroupedGemm { groups: vec![(128, 128, 64); 4] },
         Shape::Moe { n: 384, k: 224, counts: vec![40, 0, 76, 8] },
         Shape::Moe { n: 520, k: 512, counts: vec![1, 300, 0, 71, 129] },
-        // Decode routings (at most 4 rows per expert on average): the `_moe` kernels. Experts of
-        // 8, 9 and 17 rows, empty ones; K of one partial K-step; K needing two windows for 8 rows.
+        // A batch-1 decode routing (one row per 8 experts or fewer): the `_moe` kernels, K of one
+        // partial K-step. Routings of a few rows per expert, experts of 8, 9 and 17 rows: the
+        // grouped launch (moe_decode_routings_on_the_gemv forces them onto the `_moe` kernels).
+        Shape::Moe { n: 130, k: 800, counts: vec![0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0] },
         Shape::Moe { n: 130, k: 800, counts: vec![0, 1, 8, 9, 0, 17, 2, 0, 0, 1, 0, 3, 0, 0, 0, 0, 0, 1, 0, 0] },
         Shape::Moe { n: 300, k: 6176, counts: vec![8, 0, 3, 9, 0, 0, 0, 1] },
     ]
@@ -403,21 +408,28 @@ fn every_variant(b: &CudaBackend, seed: u64, check: impl Fn(&CudaBackend, &W16, 
     }
 }
 
-/// A decode routing whose CTAs each walk several tiles (N = 4096: 128 row tiles per segment), so
-/// that the next tile's first K-step is loaded during an epilogue and a segment's staged rows
-/// serve several tiles; experts of 8, 9, 16 and 17 rows, K = 7168 (two windows for 8 rows), the
-/// `_moe` route asserted; exact data, bit-identical, both activation types.
+/// Routings of a few rows per expert forced onto the `_moe` kernels: experts of 8, 9 and 17 rows
+/// (segments of 8 and their remainders), K of one partial K-step, and N = 4096 x K = 7168 so that
+/// CTAs each walk several tiles through the weight ring and a segment's staged rows serve several
+/// tiles (two windows for 8 rows); the `_moe` route asserted; exact data, bit-identical, both
+/// activation types.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
-fn moe_decode_walks_many_tiles_per_cta() {
+fn moe_decode_routings_on_the_gemv() {
     let b = gpu();
-    let shape = Shape::Moe { n: 4096, k: 7168, counts: vec![8, 9, 17, 0, 1, 0, 2, 3, 0, 16, 1, 0, 0, 4, 0, 1] };
-    assert!(moe_decode(&shape));
-    for (dtype, layout) in [(OutputDtype::Bf16, ScaleLayout::Blocked), (OutputDtype::F16, ScaleLayout::Plain)] {
-        let w = W16::make(&shape, dtype, layout, Data::Exact, 1300);
-        let (_, route) = w.run(&b, dtype, None, false);
-        assert!(route.contains("_moe T=62 N=4096 K=7168 E=16"), "{route}");
-        check(&b, &w, dtype, Rule::Exact, &format!("{shape} {dtype} {layout:?}"));
+    let shapes = [
+        (Shape::Moe { n: 130, k: 800, counts: vec![0, 1, 8, 9, 0, 17, 2, 0, 0, 1, 0, 3, 0, 0, 0, 0, 0, 1, 0, 0] }, 42),
+        (Shape::Moe { n: 4096, k: 7168, counts: vec![8, 9, 17, 0, 1, 0, 2, 3, 0, 16, 1, 0, 0, 4, 0, 1] }, 62),
+    ];
+    for (i, (shape, t)) in shapes.iter().enumerate() {
+        for (dtype, layout) in [(OutputDtype::Bf16, ScaleLayout::Blocked), (OutputDtype::F16, ScaleLayout::Plain)] {
+            let w = W16::make(shape, dtype, layout, Data::Exact, 1300 + i as u64);
+            with_forced(&b, Op::Grouped, MOE_GEMV, |b| {
+                let (_, route) = w.run(b, dtype, None, false);
+                assert!(route.contains(&format!("_moe T={t} ")), "{route}");
+                check(b, &w, dtype, Rule::Exact, &format!("{shape} {dtype} {layout:?}"));
+            });
+        }
     }
 }
 

@@ -46,9 +46,17 @@ pub fn check(b: &CudaBackend, p: &Problem, mode: Mode, launches: usize, what: &s
     check_against(b, p, &p.run(&CpuBackend).unwrap(), mode, launches, what)
 }
 
+/// The forced choice of [`with_forced`] that sends every MoE form the GEMV's `_moe` kernels can
+/// read to them (`NVFP4_MOE_GEMV=on`), whatever its rows per expert.
+#[allow(dead_code)] // not every test binary forces it
+pub const MOE_GEMV: &str = "moe-gemv";
+
 /// `b` routing under `op`'s forced choice `value` (as its `NVFP4_*_SM90` variable would write
-/// it), for `f`: the overrides are an argument, so tests that force run on any thread.
+/// it, or [`MOE_GEMV`]), for `f`: the overrides are an argument, so tests that force run on any thread.
 pub fn with_forced<T>(b: &CudaBackend, op: Op, value: &str, f: impl FnOnce(&CudaBackend) -> T) -> T {
+    if value == MOE_GEMV {
+        return f(&b.with_overrides(Overrides::moe_gemv(true)));
+    }
     let forced = Forced::parse(value).unwrap_or_else(|| panic!("{value}: not a forced choice"));
     let overrides = match op {
         Op::Gemm => Overrides::gemm(forced),

@@ -3,7 +3,8 @@
 //! grouped launch and on the mma.sync fallback (its own shapes, and the skeleton's forced off),
 //! both activation and output types, both scale layouts, outputs NaN-filled before every launch
 //! (`W16::run`); and the factors rewritten on the device between two launches of one bound
-//! operation, on both routes.
+//! operation, on both routes; and on the GEMV's `_moe` kernels (by default for a batch-1
+//! routing, forced for others).
 
 use nvfp4::backend::cuda::sm90::Op;
 use nvfp4::backend::cuda::{CudaBackend, DeviceOp};
@@ -11,7 +12,7 @@ use nvfp4::ops::Act;
 use nvfp4::problem::Shape;
 use nvfp4::{Backend, CpuBackend, MoeAlpha, MoeGemm, OutTensor, OutputDtype};
 
-use super::{check, differences, gpu, with_forced, Data, Rule, LAYOUTS, TYPES, W16};
+use super::{check, differences, gpu, with_forced, Data, Rule, LAYOUTS, MOE_GEMV, TYPES, W16};
 
 /// One factor per expert (the first E of these): distinct, of both signs, 0, one power of two.
 const ALPHAS: [f32; 6] = [0.8125, -1.3, 0.0, 3.1e-3, 2.0, -0.71];
@@ -54,7 +55,8 @@ fn per_expert_alphas_are_bit_identical_on_both_routes() {
         (Shape::Moe { n: 130, k: 48, counts: vec![40, 0, 7, 1, 130] }, None, "mma"),
         (Shape::Moe { n: 40, k: 4112, counts: vec![7, 1, 0] }, None, "mma"),
         (Shape::Moe { n: 200, k: 256, counts: vec![40, 0, 300, 9, 64, 65] }, Some("off"), "mma"),
-        (Shape::Moe { n: 130, k: 800, counts: vec![0, 9, 1, 0, 11, 2] }, None, "moe"),
+        (Shape::Moe { n: 130, k: 800, counts: vec![0, 9, 1, 0, 11, 2] }, Some(MOE_GEMV), "moe"),
+        (Shape::Moe { n: 130, k: 2048, counts: vec![0, 1, 0, 0, 0, 0] }, None, "moe"),
     ];
     for (i, (shape, forced, kernel)) in cases.iter().enumerate() {
         for act in TYPES {
@@ -79,7 +81,9 @@ fn per_expert_alphas_rewritten_on_the_device_between_launches() {
     let prefill = Shape::Moe { n: 200, k: 256, counts: vec![40, 0, 300, 9, 64, 65] };
     let decode = Shape::Moe { n: 200, k: 256, counts: vec![0, 9, 1, 0, 11, 2] };
     let other = [1.0, 0.37, -4.0, -2.25, 1.1, 6.0e-2];
-    for (shape, forced, kernel) in [(&prefill, None, "ws"), (&prefill, Some("off"), "mma"), (&decode, None, "moe")] {
+    for (shape, forced, kernel) in
+        [(&prefill, None, "ws"), (&prefill, Some("off"), "mma"), (&decode, Some(MOE_GEMV), "moe")]
+    {
         for act in TYPES {
             let W16::Moe(m) = with_alphas(W16::make(shape, act, LAYOUTS[1], Data::Exact, 1200), &ALPHAS) else {
                 unreachable!()

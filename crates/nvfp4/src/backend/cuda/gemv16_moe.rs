@@ -1,14 +1,13 @@
 //! The MoE form at decode sizes on the W4A16 GEMV's `_cols` kernels (kernels/gemv16_moe.cuh, the
 //! `_moe` kernels of gemv16.cu): plan, route and bind.
 //!
-//! A decode step routes a few rows to each expert (SPEC §9: Qwen3-30B-A3B about 2 of 256 rows
-//! per expert, one DeepSeek-V3 expert-parallel rank about 1). The skeleton's grouped launch runs
-//! such an expert as a 16-row MMA tile fed by a work table built in a kernel of its own; here each
+//! A decode step routes a few rows to each expert. The skeleton's grouped launch runs such an
+//! expert as a 16-row MMA tile fed by a work table built in a kernel of its own; here each
 //! expert's rows are the columns of the GEMV's MMA (up to 8 per pass), the weights streamed once
-//! per pass, and each CTA lays out the experts' rows from the device offsets itself, in the same
-//! launch. The route takes the MoE form when the routed rows average at most
-//! [`MAX_ROWS_PER_EXPERT`] per expert; more rows per expert re-read weights per pass of 8 and go to
-//! the skeleton.
+//! per pass through a ring in shared memory, and each CTA lays out the experts' rows from the
+//! device offsets itself, in the same launch. That wins where few rows per expert let its lower
+//! fixed cost weigh (batch-1 to batch-4 decode of a top-8 MoE: [`takes_by_default`]); at SPEC
+//! §9's 32-token decode routings the grouped launch, its weights packed, streams faster.
 
 use std::fmt;
 
@@ -16,15 +15,26 @@ use super::device::{product_alpha, to_i32, DeviceOp, Workspace, WorkspaceNeeds};
 use super::family::{DeviceFacts, Kernels, Launch, Plan, Verdict};
 use super::gemv_launch::{takes, GemvLaunch, MoeOperands, Operands};
 use super::gemv_tiling::Tiling;
-use super::kernels::gemv16::{moe_symbol, Chunk, XType, GEMV16, MAX_COLS_WINDOW_BYTES, MOE_MAX_EXPERTS};
+use super::kernels::gemv16::{moe_symbol, Chunk, XType, GEMV16, MOE_MAX_EXPERTS, MOE_SMEM_BYTES};
 use super::overrides::Overrides;
 use crate::format::{OutputDtype, ScaleLayout};
 use crate::ops::{effective_alpha, Act, Activation, MoeAlpha, Op, OpMeta};
 use crate::{Error, Result};
 
-/// The most routed rows per expert, on average, that the `_moe` kernels take (Qwen3-30B-A3B and
-/// DeepSeek-V3 decode: 1-2; Mixtral-8x7B decode: 8, which stays on the skeleton).
-pub const MAX_ROWS_PER_EXPERT: usize = 4;
+/// Whether the route sends a MoE form of T rows over E experts (N x K weights) to the `_moe`
+/// kernels when nothing is forced: at most one row per 4 experts, one per 8 where K fills less
+/// than 7/8 of its last K-step (part of every K-step's threads then idle). Measured against the
+/// grouped launch's best form (W4A16 packed, W4A4) on an H200, graph protocol, uniform routings
+/// (NOTES.md, "Session 16"): T = E/4 and below 1.03-1.6x faster (Qwen3-30B-A3B gate/up T = 8
+/// and 32, down T = 8 and 16; DeepSeek-V3's EP rank T = 2 and 8; Mixtral T = 2); Qwen3 down
+/// (K = 768) at T = 32 0.95-0.97x; every SPEC §9 decode routing (T = E/4 to 8E) 0.8-0.93x. (Two
+/// experts of 256 x 256 with 4 rows each also ran 2.2x faster: launch-bound forms of small
+/// weights would gain too, unmeasured between.)
+pub fn takes_by_default((t, _n, k, e): (usize, usize, usize, usize)) -> bool {
+    let chunks = k.div_ceil(32); // 16-byte chunks of 32 elements per row
+    let kstep_fill_ok = 8 * chunks >= 7 * 32 * chunks.div_ceil(32);
+    4 * t <= e && (kstep_fill_ok || 8 * t <= e)
+}
 
 /// The launch configuration of a MoE form on the `_moe` kernels.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,14 +67,14 @@ impl MoeColsConfig {
         let (_, n, k, _) = tnke;
         let symbol = moe_symbol(act, layout, out);
         // The row tiles, K-steps and occupancy of the `_cols` tiling; one slice, no plan of tiles.
-        let mut tiling = Tiling::choose((n, k, 1), Chunk::B16, (MAX_COLS_WINDOW_BYTES, 0), 1, sms, occupancy);
+        let mut tiling = Tiling::choose((n, k, 1), Chunk::B16, (MOE_SMEM_BYTES, 0), 1, sms, occupancy);
         tiling.split = 1;
         tiling.ksteps_per_slice = tiling.ksteps;
         tiling.window_ksteps = 0; // the device sizes each segment's window
         tiling.tiles = 0;
         tiling.tiles_per_cta = 0;
         tiling.grid = sms * tiling.ctas_per_sm;
-        tiling.smem_bytes = MAX_COLS_WINDOW_BYTES;
+        tiling.smem_bytes = MOE_SMEM_BYTES;
         Self { symbol, act, out, layout, tnke, tiling, sms }
     }
 }
@@ -83,9 +93,9 @@ impl fmt::Display for MoeColsConfig {
 }
 
 /// Why the `_moe` kernels cannot take a MoE form of `(T, N, K, E)`, or `None`; `any_rows`: take
-/// it whatever its rows per expert (`NVFP4_MOE_GEMV=on`). The rule is on the average: a skewed
-/// routing, all rows to one expert, streams that expert's weights once per 8 of its rows; the
-/// counts are on the device only.
+/// it whatever its rows per expert (`NVFP4_MOE_GEMV=on`), else as [`takes_by_default`] says. The
+/// rule is on T and E: the counts are on the device only (a skewed routing, all rows to one
+/// expert, streams that expert's weights once per 8 of its rows).
 fn rejects((t, n, k, e): (usize, usize, usize, usize), any_rows: bool) -> Option<String> {
     if !k.is_multiple_of(32) {
         return Some(format!("K = {k} is not a multiple of 32"));
@@ -93,8 +103,8 @@ fn rejects((t, n, k, e): (usize, usize, usize, usize), any_rows: bool) -> Option
     if e > MOE_MAX_EXPERTS {
         return Some(format!("{e} experts: the kernels' table holds {MOE_MAX_EXPERTS}"));
     }
-    if t > MAX_ROWS_PER_EXPERT * e && !any_rows {
-        return Some(format!("{t} rows over {e} experts: more than {MAX_ROWS_PER_EXPERT} per expert"));
+    if !any_rows && !takes_by_default((t, n, k, e)) {
+        return Some(format!("{t} rows over {e} experts: more than one per 4 (per 8 for this K)"));
     }
     // 32-bit offsets: the weights' rows (E x N), one expert's weights, the tokens, the output.
     let fits = |x: Option<usize>| x.is_some_and(|x| i32::try_from(x).is_ok());
@@ -242,20 +252,32 @@ mod tests {
         }
     }
 
-    /// Decode routings of real models take the `_moe` kernels in both modes; more rows per expert,
-    /// K % 32 != 0, too many experts and a forced grouped launch do not, saying why.
+    /// Batch-1 to batch-4 decode routings and small weights take the `_moe` kernels in both modes;
+    /// SPEC's 32-token decode routings, K % 32 != 0, too many experts and a forced grouped launch
+    /// do not, saying why.
     #[test]
     fn decode_routings_route_here() {
-        let qwen = vec![2; 128];
+        // Qwen3-30B-A3B gate/up, one token's top 8.
+        let batch1: Vec<usize> = (0..128).map(|e| usize::from(e % 16 == 3)).collect();
         for act in [Some(OutputDtype::Bf16), Some(OutputDtype::F16), None] {
             for layout in [ScaleLayout::Plain, ScaleLayout::Blocked] {
-                let r = run(qwen.clone(), 1536, 2048, layout, act);
+                let r = run(batch1.clone(), 1536, 2048, layout, act);
                 assert!(r.starts_with("gemv16_moe: gemv16_nvfp4_sm90_"), "{r}");
-                assert!(r.contains("_moe T=256 N=1536 K=2048 E=128: 48 row tiles"), "{r}");
+                assert!(r.contains("_moe T=8 N=1536 K=2048 E=128: 48 row tiles"), "{r}");
             }
         }
+        let family = |counts: Vec<usize>, n, k| run(counts, n, k, ScaleLayout::Blocked, Some(OutputDtype::Bf16));
+        // One row per 4 experts; per 8 for Qwen3's down projection (K = 768: 3/4 of a K-step).
+        assert!(family([1, 0, 0, 0].repeat(32), 1536, 2048).starts_with("gemv16_moe"));
+        assert!(family([1, 0, 0, 0, 0, 0, 0, 0].repeat(16), 2048, 768).starts_with("gemv16_moe"));
+        let r = family([1, 0, 0, 0].repeat(32), 2048, 768);
+        assert!(r.starts_with("grouped") && r.contains("32 rows over 128 experts: more than one per 4"), "{r}");
+        // SPEC §9's decode routings go to the grouped launch.
+        let r = family(vec![2; 128], 1536, 2048);
+        assert!(r.starts_with("grouped") && r.contains("256 rows over 128 experts"), "{r}");
         let r = run(vec![8; 8], 4096, 14336, ScaleLayout::Plain, Some(OutputDtype::Bf16));
-        assert!(r.starts_with("grouped") && r.contains("64 rows over 8 experts: more than 4 per expert"), "{r}");
+        assert!(r.starts_with("grouped") && r.contains("64 rows over 8 experts"), "{r}");
+        assert!(takes_by_default((2, 4096, 7168, 8)) && !takes_by_default((3, 4096, 7168, 8)));
         let r = run(vec![1; 4], 256, 272, ScaleLayout::Plain, None);
         assert!(r.contains("K = 272 is not a multiple of 32"), "{r}");
         let r = run(vec![1; 600], 256, 256, ScaleLayout::Plain, None);
@@ -284,7 +306,7 @@ mod tests {
         );
         assert_eq!(c.symbol, "gemv16_nvfp4_sm90_bf16_blocked_to_bf16_moe");
         let t = &c.tiling;
-        assert_eq!((t.row_ctas, t.ksteps, t.split, t.grid, t.smem_bytes), (128, 7, 1, 264, MAX_COLS_WINDOW_BYTES));
+        assert_eq!((t.row_ctas, t.ksteps, t.split, t.grid, t.smem_bytes), (128, 7, 1, 264, MOE_SMEM_BYTES));
         assert_eq!(t.scratch(4096, 38, 32), WorkspaceNeeds::default());
     }
 }

@@ -122,11 +122,15 @@ mod tests {
                 "grouped"
             }
             Shape::GroupedGemm { .. } => "fallback",
-            Shape::Moe { k, ref counts, .. }
+            Shape::Moe { n, k, ref counts }
                 if k % 32 == 0
                     && counts.len() <= crate::backend::cuda::kernels::gemv16::MOE_MAX_EXPERTS
-                    && counts.iter().sum::<usize>()
-                        <= crate::backend::cuda::gemv16_moe::MAX_ROWS_PER_EXPERT * counts.len() =>
+                    && crate::backend::cuda::gemv16_moe::takes_by_default((
+                        counts.iter().sum::<usize>(),
+                        n,
+                        k,
+                        counts.len(),
+                    )) =>
             {
                 "gemv16_moe"
             }

@@ -37,6 +37,7 @@ pub fn cuda_sizes() -> String {
             ("MAX_COLS", MAX_COLS),
             ("MAX_COLS_WINDOW_BYTES", MAX_COLS_WINDOW_BYTES),
             ("MOE_MAX_EXPERTS", MOE_MAX_EXPERTS),
+            ("MOE_SMEM_BYTES", MOE_SMEM_BYTES),
         ],
         "an activation window (backend/cuda/kernels/gemv16.rs,\n// x_smem_per_chunk), by bytes of weights per thread per row per K-step",
         x_smem_per_chunk,
@@ -57,6 +58,9 @@ pub const MAX_COLS_WINDOW_BYTES: usize = 96 * 1024;
 /// Experts the `_moe` kernels take: each CTA holds a table of their rows and segments in shared
 /// memory (2 x 4 bytes per expert, beside two CTAs' windows).
 pub const MOE_MAX_EXPERTS: usize = 512;
+/// Dynamic shared memory of a `_moe` kernel: its weight ring (kernels/gemv16_moe.cuh sizes it)
+/// and the window of the tokens after it; two CTAs per SM fit with their static shared memory.
+pub const MOE_SMEM_BYTES: usize = 100 * 1024;
 
 /// The activation a kernel reads: 16-bit (W4A16), or NVFP4 in the weight's scale layout (the W4A4
 /// GEMM of 2 to [`MAX_COLS`] rows, decoded to f16 as it is staged).

@@ -91,11 +91,12 @@ pub fn pdl_ready(symbol: &str) -> bool {
 }
 
 /// The handwritten headers, `#include`d by these names (NVRTC has no include path).
-const STATIC_HEADERS: [(&str, &str); 27] = [
+const STATIC_HEADERS: [(&str, &str); 28] = [
     ("ptx.cuh", include_str!("../../../../kernels/ptx.cuh")),
     ("nvfp4.cuh", include_str!("../../../../kernels/nvfp4.cuh")),
     ("output.cuh", include_str!("../../../../kernels/output.cuh")),
     ("gemv_tiles.cuh", include_str!("../../../../kernels/gemv_tiles.cuh")),
+    ("gemv_stream.cuh", include_str!("../../../../kernels/gemv_stream.cuh")),
     ("gemv16_cols.cuh", include_str!("../../../../kernels/gemv16_cols.cuh")),
     ("gemv16_moe.cuh", include_str!("../../../../kernels/gemv16_moe.cuh")),
     ("block_scan.cuh", include_str!("../../../../kernels/block_scan.cuh")),
