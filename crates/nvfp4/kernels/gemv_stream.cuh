@@ -18,7 +18,8 @@
 
 namespace gemv_tiles {
 
-// Tiles tile_of(i), i in [i0, i1), as `walk` runs them, the ring the lookahead;
+// Tiles tile_of(i), i in [i0, i1), as `walk` runs them, the ring the lookahead (every tile has at
+// least one K-step: the copy side moves to the next tile when it has issued a tile's last one);
 // the window of the vector is `smem`, the ring (STAGES x K::RING_STAGE_BYTES) `ring`.
 template <class K, int STAGES, class TileOf, class KeyOf, class WindowOf>
 __device__ void stream(const GemvParams& p, u8* smem, u8* ring, TileOf tile_of, KeyOf key_of, WindowOf window_of,

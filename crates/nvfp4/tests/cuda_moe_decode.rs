@@ -22,8 +22,8 @@ use common::gpu;
 /// (N, K, tokens per expert), at most 4 rows per expert on average. Qwen3-30B-A3B's gate/up
 /// projection with one token's top 8 (the route's own choice); one expert;
 /// 100 experts (the table's scan carries over warps) and 512 (its limit); N = 4096 (CTAs walk
-/// several tiles: the next tile's first K-step loaded during an epilogue, a segment's rows staged
-/// once for several tiles) with K = 7168 (two windows for 8 rows).
+/// several tiles: the weight ring runs across tile edges, a segment's rows staged once for several
+/// tiles) with K = 7168 (four windows for 8 rows).
 /// The last case is the route's own choice, the others are forced.
 fn cases() -> Vec<(usize, usize, Vec<usize>)> {
     vec![

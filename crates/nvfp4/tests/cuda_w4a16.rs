@@ -319,7 +319,9 @@ fn check_as(b: &CudaBackend, w: &W16, out: OutputDtype, rule: Rule, what: &str, 
 }
 
 /// A MoE form the route sends to the GEMV's `_moe` kernels (K % 32 == 0, at most one row per 4
-/// experts, per 8 where K fills less than 7/8 of its last K-step of 1024), not the skeleton.
+/// experts, per 8 where K's K-steps of 1024 are less than 7/8 full on average), not the skeleton.
+/// (The route's rule, `takes_by_default` in backend/cuda/gemv16_moe.rs, restated: the module is
+/// private.)
 fn moe_decode(shape: &Shape) -> bool {
     let Shape::Moe { k, counts, .. } = shape else { return false };
     let (t, e, chunks) = (counts.iter().sum::<usize>(), counts.len(), k / 32);
@@ -353,7 +355,8 @@ fn shapes() -> Vec<Shape> {
         Shape::Moe { n: 520, k: 512, counts: vec![1, 300, 0, 71, 129] },
         // A batch-1 decode routing (one row per 8 experts or fewer): the `_moe` kernels, K of one
         // partial K-step. Routings of a few rows per expert, experts of 8, 9 and 17 rows: the
-        // grouped launch (moe_decode_routings_on_the_gemv forces them onto the `_moe` kernels).
+        // grouped launch (moe_decode_routings_on_the_gemv forces the first onto the `_moe`
+        // kernels; cuda_moe_decode.rs forces both shapes, W4A4).
         Shape::Moe { n: 130, k: 800, counts: vec![0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0] },
         Shape::Moe { n: 130, k: 800, counts: vec![0, 1, 8, 9, 0, 17, 2, 0, 0, 1, 0, 3, 0, 0, 0, 0, 0, 1, 0, 0] },
         Shape::Moe { n: 300, k: 6176, counts: vec![8, 0, 3, 9, 0, 0, 0, 1] },
@@ -411,7 +414,7 @@ fn every_variant(b: &CudaBackend, seed: u64, check: impl Fn(&CudaBackend, &W16, 
 /// Routings of a few rows per expert forced onto the `_moe` kernels: experts of 8, 9 and 17 rows
 /// (segments of 8 and their remainders), K of one partial K-step, and N = 4096 x K = 7168 so that
 /// CTAs each walk several tiles through the weight ring and a segment's staged rows serve several
-/// tiles (two windows for 8 rows); the `_moe` route asserted; exact data, bit-identical, both
+/// tiles (four windows for 8 rows); the `_moe` route asserted; exact data, bit-identical, both
 /// activation types.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]

@@ -22,18 +22,23 @@ use crate::ops::{effective_alpha, Act, Activation, MoeAlpha, Op, OpMeta};
 use crate::{Error, Result};
 
 /// Whether the route sends a MoE form of T rows over E experts (N x K weights) to the `_moe`
-/// kernels when nothing is forced: at most one row per 4 experts, one per 8 where K fills less
-/// than 7/8 of its last K-step (part of every K-step's threads then idle). Measured against the
-/// grouped launch's best form (W4A16 packed, W4A4) on an H200, graph protocol, uniform routings
-/// (NOTES.md, "Session 16"): T = E/4 and below 1.03-1.6x faster (Qwen3-30B-A3B gate/up T = 8
-/// and 32, down T = 8 and 16; DeepSeek-V3's EP rank T = 2 and 8; Mixtral T = 2); Qwen3 down
-/// (K = 768) at T = 32 0.95-0.97x; every SPEC §9 decode routing (T = E/4 to 8E) 0.8-0.93x. (Two
-/// experts of 256 x 256 with 4 rows each also ran 2.2x faster: launch-bound forms of small
-/// weights would gain too, unmeasured between.)
+/// kernels when nothing is forced: at most one row per 4 experts, one per 8 where K's K-steps
+/// (1024 elements) are less than 7/8 full on average (part of every such K-step's threads idle;
+/// Qwen3-30B-A3B's down projection, K = 768, fills 3/4). Measured against the grouped launch's
+/// best form (W4A16 packed, W4A4) on an H200, graph protocol, uniform routings (NOTES.md,
+/// "Session 16"): T = E/4 and below 1.03-1.6x faster (Qwen3-30B-A3B gate/up T = 8 and 32, down
+/// T = 8 and 16; DeepSeek-V3's EP rank T = 2 and 8; Mixtral T = 2); Qwen3 down at T = 32
+/// 0.95-0.97x; every SPEC §9 decode routing (T = E/4 to 8E) 0.8-0.93x. (Two experts of 256 x 256
+/// with 4 rows each also ran 2.2x faster: launch-bound forms of small weights would gain too,
+/// unmeasured between.)
 pub fn takes_by_default((t, _n, k, e): (usize, usize, usize, usize)) -> bool {
-    let chunks = k.div_ceil(32); // 16-byte chunks of 32 elements per row
-    let kstep_fill_ok = 8 * chunks >= 7 * 32 * chunks.div_ceil(32);
-    4 * t <= e && (kstep_fill_ok || 8 * t <= e)
+    4 * t <= e && (ksteps_filled(k) || 8 * t <= e)
+}
+
+/// Whether K's K-steps of 32 chunks (32 elements each) are at least 7/8 full on average.
+fn ksteps_filled(k: usize) -> bool {
+    let chunks = k.div_ceil(32);
+    8 * chunks >= 7 * 32 * chunks.div_ceil(32)
 }
 
 /// The launch configuration of a MoE form on the `_moe` kernels.
@@ -56,8 +61,8 @@ pub struct MoeColsConfig {
 }
 
 impl MoeColsConfig {
-    /// One wave of persistent CTAs (SMs x occupancy with the `_cols` window), each taking its
-    /// share of the (segment, row tile) tiles the device lays out.
+    /// One wave of persistent CTAs (SMs x occupancy with [`MOE_SMEM_BYTES`] of dynamic shared
+    /// memory), each taking its share of the (segment, row tile) tiles the device lays out.
     pub fn choose(
         tnke: (usize, usize, usize, usize),
         (act, layout, out): (XType, ScaleLayout, OutputDtype),
@@ -92,11 +97,12 @@ impl fmt::Display for MoeColsConfig {
     }
 }
 
-/// Why the `_moe` kernels cannot take a MoE form of `(T, N, K, E)`, or `None`; `any_rows`: take
-/// it whatever its rows per expert (`NVFP4_MOE_GEMV=on`), else as [`takes_by_default`] says. The
-/// rule is on T and E: the counts are on the device only (a skewed routing, all rows to one
-/// expert, streams that expert's weights once per 8 of its rows).
-fn rejects((t, n, k, e): (usize, usize, usize, usize), any_rows: bool) -> Option<String> {
+/// Why the `_moe` kernels cannot take a MoE form of `(T, N, K, E)` with weight scales in
+/// `layout`, or `None`; `any_rows`: take it whatever its rows per expert (`NVFP4_MOE_GEMV=on`),
+/// else as [`takes_by_default`] says. The rule is on T, E and K: the counts are on the device only
+/// (a skewed routing, all rows to one expert, streams that expert's weights once per 8 of its
+/// rows).
+fn rejects((t, n, k, e): (usize, usize, usize, usize), layout: ScaleLayout, any_rows: bool) -> Option<String> {
     if !k.is_multiple_of(32) {
         return Some(format!("K = {k} is not a multiple of 32"));
     }
@@ -104,7 +110,17 @@ fn rejects((t, n, k, e): (usize, usize, usize, usize), any_rows: bool) -> Option
         return Some(format!("{e} experts: the kernels' table holds {MOE_MAX_EXPERTS}"));
     }
     if !any_rows && !takes_by_default((t, n, k, e)) {
-        return Some(format!("{t} rows over {e} experts: more than one per 4 (per 8 for this K)"));
+        let per = if ksteps_filled(k) { 4 } else { 8 };
+        return Some(format!("{t} rows over {e} experts: more than one per {per}"));
+    }
+    // The ring copies a chunk's 2 plain scale bytes as the aligned 4-byte word holding them: when
+    // the scales' E x N x K/16 bytes end on a half word, the last pair's word reaches 2 bytes past
+    // them (gemv16.cu, issue_w).
+    if layout == ScaleLayout::Plain && (e * n * (k / 32)) % 2 == 1 {
+        return Some(format!(
+            "plain scales of E {e} x N {n} x K/16 {} bytes end on a half word (the kernels read scales by aligned words)",
+            k / 16
+        ));
     }
     // 32-bit offsets: the weights' rows (E x N), one expert's weights, the tokens, the output.
     let fits = |x: Option<usize>| x.is_some_and(|x| i32::try_from(x).is_ok());
@@ -137,7 +153,10 @@ pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, overrides: &Overrides)
         _ => {}
     }
     let tnke = (a.rows(), b.rows, a.k(), b.l);
-    if let Some(why) = rejects(tnke, overrides.moe_gemv == Some(true)) {
+    // NVFP4 tokens with K < 64: no grouped launch reads them (and the fallback takes no W4A4 MoE
+    // form), so any rows per expert.
+    let only_taker = act == XType::Nvfp4 && a.k() < 64;
+    if let Some(why) = rejects(tnke, b.layout, overrides.moe_gemv == Some(true) || only_taker) {
         return Ok(Verdict::Declines(why));
     }
     let out = act.out_or(c.map(|c| c.dtype));
@@ -271,7 +290,7 @@ mod tests {
         assert!(family([1, 0, 0, 0].repeat(32), 1536, 2048).starts_with("gemv16_moe"));
         assert!(family([1, 0, 0, 0, 0, 0, 0, 0].repeat(16), 2048, 768).starts_with("gemv16_moe"));
         let r = family([1, 0, 0, 0].repeat(32), 2048, 768);
-        assert!(r.starts_with("grouped") && r.contains("32 rows over 128 experts: more than one per 4"), "{r}");
+        assert!(r.starts_with("grouped") && r.contains("32 rows over 128 experts: more than one per 8"), "{r}");
         // SPEC §9's decode routings go to the grouped launch.
         let r = family(vec![2; 128], 1536, 2048);
         assert!(r.starts_with("grouped") && r.contains("256 rows over 128 experts"), "{r}");
@@ -282,15 +301,37 @@ mod tests {
         assert!(r.contains("K = 272 is not a multiple of 32"), "{r}");
         let r = run(vec![1; 600], 256, 256, ScaleLayout::Plain, None);
         assert!(r.contains("600 experts: the kernels' table holds 512"), "{r}");
-        let op = Shape::Moe { n: 256, k: 256, counts: vec![1, 2, 0] }.op_meta_in(ScaleLayout::Plain, None);
+        // A batch-1 routing the kernels take by default (K = 256: one row per 8 experts) goes to
+        // the grouped launch when that is forced.
+        let op =
+            Shape::Moe { n: 256, k: 256, counts: vec![1, 0, 0, 0, 0, 0, 0, 0] }.op_meta_in(ScaleLayout::Plain, None);
+        assert_eq!(route_op(&op, &Modeled::HOPPER, &Overrides::NONE).unwrap().family(), "gemv16_moe");
         let forced = route_op(&op, &Modeled::HOPPER, &Overrides::grouped(Forced::Skeleton)).unwrap();
-        assert_eq!(forced.family(), "grouped", "{forced}");
+        assert!(
+            forced.family() == "grouped" && forced.to_string().contains("the grouped launch is forced"),
+            "{forced}"
+        );
         // NVFP4_MOE_GEMV: off sends a decode routing to the grouped launch, on takes any rows per
         // expert (Mixtral's 8), not a K its kernels cannot read.
         let off = route_op(&op, &Modeled::HOPPER, &Overrides::moe_gemv(false)).unwrap();
         assert!(off.family() == "grouped" && off.to_string().contains("NVFP4_MOE_GEMV=off"), "{off}");
         let mixtral = Shape::Moe { n: 4096, k: 14336, counts: vec![8; 8] }.op_meta_in(ScaleLayout::Plain, None);
         assert_eq!(route_op(&mixtral, &Modeled::HOPPER, &Overrides::moe_gemv(true)).unwrap().family(), "gemv16_moe");
+        // Plain scales ending on a half word (E x N x K/32 odd) are declined even when forced;
+        // blocked ones (padded) are taken.
+        let tail = |layout| {
+            let op = Shape::Moe { n: 97, k: 32, counts: vec![3] }.op_meta_in(layout, Some(OutputDtype::Bf16));
+            route_op(&op, &Modeled::HOPPER, &Overrides::moe_gemv(true)).unwrap().to_string()
+        };
+        assert!(
+            tail(ScaleLayout::Plain).contains("[not gemv16_moe: plain scales of E 1 x N 97"),
+            "{}",
+            tail(ScaleLayout::Plain)
+        );
+        assert!(tail(ScaleLayout::Blocked).starts_with("gemv16_moe"), "{}", tail(ScaleLayout::Blocked));
+        // W4A4 with K < 64 has no other kernel: any rows per expert.
+        let k32 = Shape::Moe { n: 96, k: 32, counts: vec![30, 0, 9] }.op_meta_in(ScaleLayout::Plain, None);
+        assert_eq!(route_op(&k32, &Modeled::HOPPER, &Overrides::NONE).unwrap().family(), "gemv16_moe");
         let k48 = Shape::Moe { n: 256, k: 48, counts: vec![1, 2] }.op_meta_in(ScaleLayout::Plain, None);
         let k48 = route_op(&k48, &Modeled::HOPPER, &Overrides::moe_gemv(true)).map(|r| r.family());
         assert_ne!(k48.ok(), Some("gemv16_moe"));

@@ -106,7 +106,8 @@ mod tests {
     /// kernel where
     /// that measured faster, else the skeleton where its rules allow, else the fallback; a dual
     /// GEMM the skeleton or the fallback; a list of groups the grouped launch when every group
-    /// suits it, else the fallback; the MoE form the grouped launch or nothing.
+    /// suits it, else the fallback; the MoE form the GEMV's `_moe` kernels at batch-1-like
+    /// routings and for K < 64 (no grouped launch reads it), else the grouped launch.
     fn expected(shape: &Shape) -> Option<&'static str> {
         let sm90_takes = |kind, mnkl| rejects(kind, mnkl, None).is_none();
         Some(match *shape {
@@ -131,6 +132,11 @@ mod tests {
                         k,
                         counts.len(),
                     )) =>
+            {
+                "gemv16_moe"
+            }
+            Shape::Moe { k, ref counts, .. }
+                if k % 32 == 0 && k < 64 && counts.len() <= crate::backend::cuda::kernels::gemv16::MOE_MAX_EXPERTS =>
             {
                 "gemv16_moe"
             }
