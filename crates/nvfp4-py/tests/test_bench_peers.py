@@ -29,9 +29,14 @@ def test_cases_cover_spec_9():
     assert {(c.model.name, c.phase, c.proj) for c in moe} == {
         (m, p, j)
         for m in ("Mixtral-8x7B", "Qwen3-30B-A3B", "DeepSeek-V3 EP rank")
-        for p in ("decode", "prefill")
+        for p in ("decode-1", "decode-4", "decode", "prefill")
         for j in ("gate_up", "down")
+        if (m, p) != ("DeepSeek-V3 EP rank", "decode-1")
     }
+    # The small decode batches route rows to this GPU (none would be no case).
+    for c in moe:
+        assert c.tokens == {"decode-1": 1, "decode-4": 4}.get(c.phase, c.tokens)
+        assert cases.case_routing(c, bench_peers.case_seed(21, c)).rows > 0, c.key  # the default --seed
     mix = next(c for c in moe if c.model.name == "Mixtral-8x7B" and c.proj == "gate_up")
     assert (mix.n, mix.k, mix.experts, mix.model.top_k) == (2 * 14336, 4096, 8, 2)
     ds = next(c for c in moe if c.model.name.startswith("DeepSeek") and c.proj == "down")

@@ -17,7 +17,9 @@ scores set to -inf), the rest are ragged:
     top-8 over all 256 (about 1/8 of the routed rows land on the rank),
 each at decode (32 tokens: tens to a few hundred routed rows) and prefill (thousands of routed
 rows), for the gate/up projection (N = 2 x intermediate, K = hidden) and the down projection
-(N = hidden, K = intermediate).
+(N = hidden, K = intermediate). And the small decode batches a single user runs: "decode-4" (4
+tokens) for every model, "decode-1" (one token) where a token routes at least 2 rows to this GPU
+on average (Mixtral, Qwen3; the DeepSeek-V3 rank gets 1/4 row).
 """
 
 from dataclasses import dataclass
@@ -76,12 +78,15 @@ class Moe:
     weights [E, N, K], E cumulative end offsets."""
 
     model: MoeModel
-    phase: str  # "decode" or "prefill"
+    phase: str  # "decode", "decode-1", "decode-4" or "prefill"
     proj: str  # "gate_up" or "down"
     op: str = "moe"
 
     @property
     def tokens(self):
+        small = {"decode-1": 1, "decode-4": 4}
+        if self.phase in small:
+            return small[self.phase]
         return self.model.decode_tokens if self.phase == "decode" else self.model.prefill_tokens
 
     @property
@@ -119,8 +124,14 @@ def all_cases():
     cases += [Dense("dual", m, LLAMA70B["intermediate"], LLAMA70B["hidden"], "Llama-3-70B MLP") for m in DUAL_M]
     for model in MOE_MODELS:
         for proj in ("gate_up", "down"):
-            cases += [Moe(model, phase, proj) for phase in ("decode", "prefill")]
+            cases += [Moe(model, phase, proj) for phase in moe_phases(model)]
     return cases
+
+
+def moe_phases(model):
+    """SPEC §9's decode and prefill, and the small decode batches (see the module's note)."""
+    one_token_rows = model.top_k * model.experts / model.experts_total
+    return ("decode-1",) * (one_token_rows >= 2) + ("decode-4", "decode", "prefill")
 
 
 def quick_cases():
