@@ -70,8 +70,8 @@ __device__ __forceinline__ void build(const GemvParams& p, Table& tb) {
   __syncthreads();
 }
 
-// The activation window of a segment of `cols` rows: the whole K when it fits the `_cols`
-// window's bytes, else as many K-steps as fit (K::CB bytes of weights per chunk: 4 CB bytes of
+// The activation window of a segment of `cols` rows: the whole K when it fits WINDOW_BYTES,
+// else as many K-steps as fit (K::CB bytes of weights per chunk: 4 CB bytes of
 // activations per row).
 template <int CB>
 __device__ __forceinline__ int window_ksteps(int cols, int ksteps) {

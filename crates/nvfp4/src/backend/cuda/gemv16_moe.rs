@@ -187,13 +187,9 @@ impl Plan for MoeColsConfig {
                 self.tnke
             )));
         }
-        let (values, scales, act) = match a {
-            Act::Dense(x) => (x.addr, 0, XType::Dense(x.dtype)),
-            Act::Nvfp4(x) => (x.values, x.scales, XType::Nvfp4),
-        };
-        let nvfp4_layout = match a {
-            Act::Nvfp4(x) => Some(x.meta.layout),
-            Act::Dense(_) => None,
+        let (values, scales, act, nvfp4_layout, keep_a) = match a {
+            Act::Dense(x) => (x.addr, 0, XType::Dense(x.dtype), None, x.keep()),
+            Act::Nvfp4(x) => (x.values, x.scales, XType::Nvfp4, Some(x.meta.layout), x.keep()),
         };
         if b.meta.layout != self.layout || nvfp4_layout.is_some_and(|l| l != self.layout) {
             return Err(Error::Shape(format!(
@@ -224,10 +220,6 @@ impl Plan for MoeColsConfig {
         let alpha = match a {
             Act::Nvfp4(x) => product_alpha(one, x, b),
             Act::Dense(_) => f64::from(effective_alpha(one, &a, b)),
-        };
-        let keep_a = match a {
-            Act::Nvfp4(x) => x.keep(),
-            Act::Dense(x) => x.keep(),
         };
         let ops = Operands {
             a: b.values,

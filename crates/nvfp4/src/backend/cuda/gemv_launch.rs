@@ -131,9 +131,7 @@ impl GemvLaunch {
         let keep = ops.keep.into_iter().chain([ws.keep()]).collect();
         Ok(Self { symbol, grid: tiling.grid, smem_bytes: tiling.smem_bytes, func, params, keep })
     }
-}
 
-impl GemvLaunch {
     /// The launch of a `_moe` kernel: the MoE operands beside the GEMV's.
     pub(crate) fn with_moe(mut self, moe: MoeOperands) -> Self {
         self.params.offsets = moe.offsets;

@@ -126,17 +126,13 @@ mod tests {
             Shape::Moe { n, k, ref counts }
                 if k % 32 == 0
                     && counts.len() <= crate::backend::cuda::kernels::gemv16::MOE_MAX_EXPERTS
-                    && crate::backend::cuda::gemv16_moe::takes_by_default((
-                        counts.iter().sum::<usize>(),
-                        n,
-                        k,
-                        counts.len(),
-                    )) =>
-            {
-                "gemv16_moe"
-            }
-            Shape::Moe { k, ref counts, .. }
-                if k % 32 == 0 && k < 64 && counts.len() <= crate::backend::cuda::kernels::gemv16::MOE_MAX_EXPERTS =>
+                    && (k < 64
+                        || crate::backend::cuda::gemv16_moe::takes_by_default((
+                            counts.iter().sum::<usize>(),
+                            n,
+                            k,
+                            counts.len(),
+                        ))) =>
             {
                 "gemv16_moe"
             }
