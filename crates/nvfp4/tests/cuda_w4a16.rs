@@ -16,6 +16,7 @@
 //! `cargo test --release --test cuda_w4a16 -- --ignored`.
 
 use cudarc::driver::CudaStream;
+use nvfp4::backend::cuda::gemv16_moe::takes_by_default;
 use nvfp4::backend::cuda::sm90::Op;
 use nvfp4::backend::cuda::{CudaBackend, DeviceF16, DeviceNvfp4, DeviceOp, DevicePacked, GemmViews, Nvfp4View};
 use nvfp4::format::{quantize, GlobalScale, PackAct};
@@ -318,15 +319,11 @@ fn check_as(b: &CudaBackend, w: &W16, out: OutputDtype, rule: Rule, what: &str, 
     want
 }
 
-/// A MoE form the route sends to the GEMV's `_moe` kernels (K % 32 == 0, at most one row per 4
-/// experts, per 8 where K's K-steps of 1024 are less than 7/8 full on average), not the skeleton.
-/// (The route's rule, `takes_by_default` in backend/cuda/gemv16_moe.rs, restated: the module is
-/// private.)
+/// A MoE form the route sends to the GEMV's `_moe` kernels (K % 32 == 0 and the route's rule on
+/// rows per expert), not the skeleton.
 fn moe_decode(shape: &Shape) -> bool {
-    let Shape::Moe { k, counts, .. } = shape else { return false };
-    let (t, e, chunks) = (counts.iter().sum::<usize>(), counts.len(), k / 32);
-    let filled = 8 * chunks >= 7 * 32 * chunks.div_ceil(32);
-    k % 32 == 0 && 4 * t <= e && (filled || 8 * t <= e)
+    let Shape::Moe { n, k, counts } = shape else { return false };
+    k % 32 == 0 && takes_by_default((counts.iter().sum::<usize>(), *n, *k, counts.len()))
 }
 
 /// Odd sizes: M and N off every tile, K % 64 == 32 (plain scales by direct copy, the last

@@ -40,7 +40,7 @@ pub mod family;
 pub mod floors;
 pub mod gemv;
 mod gemv16;
-mod gemv16_moe;
+pub mod gemv16_moe;
 mod gemv_launch;
 mod gemv_tiling;
 mod host;
