@@ -86,6 +86,42 @@ __device__ __forceinline__ double alpha_of(const GemvParams& p, int l) {
   return (double)__fmul_rn(__fmul_rn(__uint_as_float(ptx::ld_nc_u32(p.alpha_l + l)), p.global[0]), p.global[1]);
 }
 
+// The tiles (segment s, row tile rc), segment-major, in the order a CTA walks them; e is the
+// expert of segment s: the last e with seg[e] <= s (an empty expert's seg equals the next one's,
+// so the last of equal entries is the one holding s).
+struct Walker {
+  const Table* tb;
+  int row_ctas, e_count, ksteps;
+  int s, rc, e;
+
+  __device__ __forceinline__ void find_expert() {
+    int lo = 0, hi = e_count;
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (tb->seg[mid] <= s) lo = mid; else hi = mid;
+    }
+    e = lo;
+  }
+  __device__ __forceinline__ void next() {
+    if (++rc < row_ctas) return;
+    rc = 0;
+    ++s;
+    while (e + 1 < e_count && tb->seg[e + 1] <= s) ++e;
+  }
+  __device__ __forceinline__ gemv_tiles::Tile tile() const {
+    gemv_tiles::Tile t;
+    t.rc = rc;
+    t.l = e;
+    t.slice = 0;
+    t.ks0 = 0;
+    t.ks1 = ksteps;
+    t.x_l = 0;
+    t.x_r0 = tb->lo[e] + (s - tb->seg[e]) * MAX_COLS;
+    t.cols = min(MAX_COLS, max(tb->lo[e + 1], tb->lo[e]) - t.x_r0);
+    return t;
+  }
+};
+
 template <class K>
 __device__ void run(const GemvParams& p) {
   __shared__ Table tb;
@@ -95,33 +131,18 @@ __device__ void run(const GemvParams& p) {
   const int ksteps = (p.k / 2 / K::CB + KSTEP_CHUNKS - 1) / KSTEP_CHUNKS;
   const int tiles = tb.seg[e_count] * p.row_ctas;
   const int per = (tiles + gridDim.x - 1) / gridDim.x;
-  const auto tile_of = [&](int i) {
-    gemv_tiles::Tile t;
-    const int s = i / p.row_ctas;
-    t.rc = i % p.row_ctas;
-    // The expert of segment s: the last e with seg[e] <= s (an empty expert's seg equals the
-    // next one's, so the last of equal entries is the one holding s).
-    int lo = 0, hi = e_count;
-    while (hi - lo > 1) {
-      const int mid = (lo + hi) / 2;
-      if (tb.seg[mid] <= s) lo = mid; else hi = mid;
-    }
-    t.l = lo;
-    t.slice = 0;
-    t.ks0 = 0;
-    t.ks1 = ksteps;
-    t.x_l = 0;
-    t.x_r0 = tb.lo[lo] + (s - tb.seg[lo]) * MAX_COLS;
-    t.cols = min(MAX_COLS, max(tb.lo[lo + 1], tb.lo[lo]) - t.x_r0);
-    return t;
-  };
+  // CTA b takes tiles [i0, i0 + count): its first tile's segment and row tile from one division,
+  // its expert from one search, then each next tile by increments (the walk's copy side and
+  // compute side each step their own Walker).
+  const int i0 = blockIdx.x * per, count = max(0, min(per, tiles - i0));
+  Walker w{&tb, p.row_ctas, e_count, ksteps, i0 / p.row_ctas, i0 % p.row_ctas, 0};
+  w.find_expert();
   // A tile's rows: tiles of one segment share the staged window. (First row and count: with
   // decreasing device offsets two experts' segments may start on one row with other counts.)
   const auto key_of = [&](const gemv_tiles::Tile& t) { return t.x_r0 * (MAX_COLS + 1) + t.cols; };
   const auto window_of = [&](const gemv_tiles::Tile& t) { return window_ksteps<K::CB>(t.cols, ksteps); };
-  const int i0 = blockIdx.x * per;
   extern __shared__ __align__(16) u8 smem[];
-  gemv_tiles::stream<K, RING_STAGES>(p, smem + RING_BYTES, smem, tile_of, key_of, window_of, i0, min(i0 + per, tiles));
+  gemv_tiles::stream<K, RING_STAGES>(p, smem + RING_BYTES, smem, w, key_of, window_of, count);
   ptx::launch_dependents();  // a CTA with no tiles never staged
 }
 

@@ -18,37 +18,43 @@
 
 namespace gemv_tiles {
 
-// Tiles tile_of(i), i in [i0, i1), as `walk` runs them, the ring the lookahead (every tile has at
-// least one K-step: the copy side moves to the next tile when it has issued a tile's last one);
-// the window of the vector is `smem`, the ring (STAGES x K::RING_STAGE_BYTES) `ring`.
-template <class K, int STAGES, class TileOf, class KeyOf, class WindowOf>
-__device__ void stream(const GemvParams& p, u8* smem, u8* ring, TileOf tile_of, KeyOf key_of, WindowOf window_of,
-                       int i0, int i1) {
+// `count` tiles from `first` (a walker: `first.tile()` the tile, `first.next()` steps to the next
+// one), as `walk` runs its tiles, the ring the lookahead (every tile has at least one K-step: the
+// copy side moves to the next tile when it has issued a tile's last one); the window of the vector
+// is `smem`, the ring (STAGES x K::RING_STAGE_BYTES) `ring`.
+template <class K, int STAGES, class Walker, class KeyOf, class WindowOf>
+__device__ void stream(const GemvParams& p, u8* smem, u8* ring, const Walker& first, KeyOf key_of, WindowOf window_of,
+                       int count) {
   static_assert(STAGES >= 2, "a stage being read and one being copied");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int first = K::first_chunk(warp, lane), own = K::own_chunk(lane), residue = K::row_residue(warp, lane);
+  const int lead = K::first_chunk(warp, lane), own = K::own_chunk(lane), residue = K::row_residue(warp, lane);
   const int chunks = p.k / 2 / K::CB;
   const u64 pol = ptx::policy_evict_first();
   ptx::wait_prerequisites();  // the matrix, like the vector, comes after the launch's wait
 
-  // The copy side: tile ci at K-step cks of [.., cks1), its cursor ccur, into stage cstage.
-  int ci = i0, cks = 0, cks1 = 0, cstage = 0;
+  // The copy side: its tile cw (the ci-th) at K-step cks of [.., cks1), its cursor ccur, into
+  // stage cstage.
+  Walker cw = first;
+  int ci = 0, cks = 0, cks1 = 0, cstage = 0;
   typename K::Cursor ccur;
-  const auto open = [&](int i) {
-    const Tile t = tile_of(i);
+  const auto open = [&]() {
+    const Tile t = cw.tile();
     int row[ROWS_PER_THREAD];
     tile_rows<K>(t, residue, row);
-    ccur = K::cursor(p, t.l, row, t.ks0 * KSTEP_CHUNKS + first + own);
+    ccur = K::cursor(p, t.l, row, t.ks0 * KSTEP_CHUNKS + lead + own);
     cks = t.ks0;
     cks1 = t.ks1;
   };
-  if (ci < i1) open(ci);
+  if (ci < count) open();
   const u32 ring_u32 = ptx::smem_u32(ring);
   const auto copy_next = [&]() {
-    if (ci < i1) {
-      K::issue(ccur, ring_u32 + cstage * K::RING_STAGE_BYTES, cks * KSTEP_CHUNKS + first + own < chunks, pol);
+    if (ci < count) {
+      K::issue(ccur, ring_u32 + cstage * K::RING_STAGE_BYTES, cks * KSTEP_CHUNKS + lead + own < chunks, pol);
       ccur.advance();
-      if (++cks == cks1 && ++ci < i1) open(ci);
+      if (++cks == cks1 && ++ci < count) {
+        cw.next();
+        open();
+      }
     }
     ptx::cp_async_commit();  // past the last tile an empty group: one group per K-step
     cstage = cstage + 1 == STAGES ? 0 : cstage + 1;
@@ -57,13 +63,14 @@ __device__ void stream(const GemvParams& p, u8* smem, u8* ring, TileOf tile_of, 
   for (int s = 0; s < STAGES - 1; ++s) copy_next();
 
   // The compute side: the K-step in stage `stage`; K-step n's group is the (n + 1)-th committed.
+  Walker w = first;
   int stage = 0, staged = -1;
-  for (int i = i0; i < i1; ++i) {
-    const Tile t = tile_of(i);
+  for (int i = 0; i < count; ++i, w.next()) {
+    const Tile t = w.tile();
     const int row0 = first_row(t);
     int row[ROWS_PER_THREAD];
     tile_rows<K>(t, residue, row);
-    const u32 info = K::ring_info(K::cursor(p, t.l, row, t.ks0 * KSTEP_CHUNKS + first + own));
+    const u32 info = K::ring_info(K::cursor(p, t.l, row, t.ks0 * KSTEP_CHUNKS + lead + own));
     const int window = window_of(t);
     const bool one_window = t.ks1 - t.ks0 <= window;
     const int wc = window * KSTEP_CHUNKS;
@@ -85,7 +92,7 @@ __device__ void stream(const GemvParams& p, u8* smem, u8* ring, TileOf tile_of, 
         K::fetch(ring + stage * K::RING_STAGE_BYTES, info, x);
         copy_next();  // into the stage the previous K-step was read from
         stage = stage + 1 == STAGES ? 0 : stage + 1;
-        const int c0 = ks * KSTEP_CHUNKS + first;
+        const int c0 = ks * KSTEP_CHUNKS + lead;
         if (c0 < chunks) K::compute(t, x, smem, wc, c0 + own - ws * KSTEP_CHUNKS, acc);
       }
     }
