@@ -211,7 +211,8 @@ __device__ __forceinline__ void load_w(const Cursor<CB, BLOCKED>& cur, WChunk& x
 constexpr int RING_STAGE_BYTES = THREADS * (ROWS_PER_THREAD * 16 + 16);
 
 template <bool BLOCKED>
-__device__ __forceinline__ void issue_w(const Cursor<16, BLOCKED>& cur, u32 stage, bool ok, u64 pol) {
+__device__ __forceinline__ void issue_w(const GemvParams& p, const Cursor<16, BLOCKED>& cur, u32 stage, bool ok,
+                                       u64 pol) {
   const u32 slot = stage + threadIdx.x * 16;
   const u32 sf = stage + ROWS_PER_THREAD * THREADS * 16;
   if (!ok) {  // past K: zeros (zero values and zero scales decode to +0), as load_w
@@ -230,10 +231,20 @@ __device__ __forceinline__ void issue_w(const Cursor<16, BLOCKED>& cur, u32 stag
   if (BLOCKED) {
     ptx::cp_async_16_plain(sf + threadIdx.x * 16, cur.sf);
   } else {
+    // The aligned word holding the 2 bytes, unless it reaches outside the scales (their first
+    // pair at a half word, or their last pair at a word's start): then those 2 bytes alone, loaded
+    // and stored by this thread (ring_info's half is the same either way).
+    const u64 lo = reinterpret_cast<u64>(p.sfa), hi = lo + (u64)p.l * p.m * (p.k / 16);
 #pragma unroll
     for (int q = 0; q < ROWS_PER_THREAD; ++q) {
-      const u64 a = reinterpret_cast<u64>(cur.sf + cur.sf_off[q]);
-      ptx::cp_async_4(sf + (q * THREADS + threadIdx.x) * 4, reinterpret_cast<const void*>(a & ~(u64)3));
+      const u8* a = cur.sf + cur.sf_off[q];
+      const u64 word = reinterpret_cast<u64>(a) & ~(u64)3;
+      const u32 dst = sf + (q * THREADS + threadIdx.x) * 4;
+      if (word >= lo && word + 4 <= hi) {
+        ptx::cp_async_4(dst, reinterpret_cast<const void*>(word));
+      } else {
+        ptx::sts_u32(dst, ptx::ld_nc_u16(a) << (16 * ((reinterpret_cast<u64>(a) >> 1) & 1)));
+      }
     }
   }
 }
@@ -332,8 +343,8 @@ struct W4A16 {
   }
   // The weight ring's part (gemv_stream.cuh; 16 B chunks only).
   static constexpr int RING_STAGE_BYTES = ::RING_STAGE_BYTES;
-  static __device__ __forceinline__ void issue(const Cursor& cur, u32 stage, bool ok, u64 pol) {
-    issue_w<BLOCKED>(cur, stage, ok, pol);
+  static __device__ __forceinline__ void issue(const GemvParams& p, const Cursor& cur, u32 stage, bool ok, u64 pol) {
+    issue_w<BLOCKED>(p, cur, stage, ok, pol);
   }
   static __device__ __forceinline__ u32 ring_info(const Cursor& cur) { return ::ring_info<BLOCKED>(cur); }
   static __device__ __forceinline__ void fetch(const u8* stage, u32 info, WChunk& x) { fetch_w<BLOCKED>(stage, info, x); }

@@ -9,7 +9,7 @@
 //
 // Beyond gemv_tiles.cuh's hooks, K provides:
 //   K::RING_STAGE_BYTES                      bytes of one stage (every thread's slots)
-//   K::issue(cur, stage, ok, pol)            copies the K-step at `cur` into stage `stage` (a
+//   K::issue(p, cur, stage, ok, pol)         copies the K-step at `cur` into stage `stage` (a
 //                                            shared-window address; zeros when !ok)
 //   K::ring_info(cur)                        what fetch needs of a tile (from its first cursor)
 //   K::fetch(stage, info, x)                 the K-step's data from stage `stage`
@@ -49,7 +49,7 @@ __device__ void stream(const GemvParams& p, u8* smem, u8* ring, const Walker& fi
   const u32 ring_u32 = ptx::smem_u32(ring);
   const auto copy_next = [&]() {
     if (ci < count) {
-      K::issue(ccur, ring_u32 + cstage * K::RING_STAGE_BYTES, cks * KSTEP_CHUNKS + lead + own < chunks, pol);
+      K::issue(p, ccur, ring_u32 + cstage * K::RING_STAGE_BYTES, cks * KSTEP_CHUNKS + lead + own < chunks, pol);
       ccur.advance();
       if (++cks == cks1 && ++ci < count) {
         cw.next();

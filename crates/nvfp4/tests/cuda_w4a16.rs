@@ -352,8 +352,7 @@ fn shapes() -> Vec<Shape> {
         Shape::Moe { n: 520, k: 512, counts: vec![1, 300, 0, 71, 129] },
         // A batch-1 decode routing (one row per 8 experts or fewer): the `_moe` kernels, K of one
         // partial K-step. Routings of a few rows per expert, experts of 8, 9 and 17 rows: the
-        // grouped launch (moe_decode_routings_on_the_gemv forces the first onto the `_moe`
-        // kernels; cuda_moe_decode.rs forces both shapes, W4A4).
+        // grouped launch (moe_decode_routings_on_the_gemv forces them onto the `_moe` kernels).
         Shape::Moe { n: 130, k: 800, counts: vec![0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0] },
         Shape::Moe { n: 130, k: 800, counts: vec![0, 1, 8, 9, 0, 17, 2, 0, 0, 1, 0, 3, 0, 0, 0, 0, 0, 1, 0, 0] },
         Shape::Moe { n: 300, k: 6176, counts: vec![8, 0, 3, 9, 0, 0, 0, 1] },
@@ -409,7 +408,8 @@ fn every_variant(b: &CudaBackend, seed: u64, check: impl Fn(&CudaBackend, &W16, 
 }
 
 /// Routings of a few rows per expert forced onto the `_moe` kernels: experts of 8, 9 and 17 rows
-/// (segments of 8 and their remainders), K of one partial K-step, and N = 4096 x K = 7168 so that
+/// (segments of 8 and their remainders), K of one partial K-step, K = 6176 (a partial last K-step
+/// after full ones, four windows for 8 rows), and N = 4096 x K = 7168 so that
 /// CTAs each walk several tiles through the weight ring and a segment's staged rows serve several
 /// tiles (four windows for 8 rows); the `_moe` route asserted; exact data, bit-identical, both
 /// activation types.
@@ -419,6 +419,7 @@ fn moe_decode_routings_on_the_gemv() {
     let b = gpu();
     let shapes = [
         (Shape::Moe { n: 130, k: 800, counts: vec![0, 1, 8, 9, 0, 17, 2, 0, 0, 1, 0, 3, 0, 0, 0, 0, 0, 1, 0, 0] }, 42),
+        (Shape::Moe { n: 300, k: 6176, counts: vec![8, 0, 3, 9, 0, 0, 0, 1] }, 21),
         (Shape::Moe { n: 4096, k: 7168, counts: vec![8, 9, 17, 0, 1, 0, 2, 3, 0, 16, 1, 0, 0, 4, 0, 1] }, 62),
     ];
     for (i, (shape, t)) in shapes.iter().enumerate() {

@@ -97,12 +97,11 @@ impl fmt::Display for MoeColsConfig {
     }
 }
 
-/// Why the `_moe` kernels cannot take a MoE form of `(T, N, K, E)` with weight scales in
-/// `layout`, or `None`; `any_rows`: take it whatever its rows per expert (`NVFP4_MOE_GEMV=on`),
+/// Why the `_moe` kernels cannot take a MoE form of `(T, N, K, E)`, or `None`; `any_rows`: take it whatever its rows per expert (`NVFP4_MOE_GEMV=on`),
 /// else as [`takes_by_default`] says. The rule is on T, E and K: the counts are on the device only
 /// (a skewed routing, all rows to one expert, streams that expert's weights once per 8 of its
 /// rows).
-fn rejects((t, n, k, e): (usize, usize, usize, usize), layout: ScaleLayout, any_rows: bool) -> Option<String> {
+fn rejects((t, n, k, e): (usize, usize, usize, usize), any_rows: bool) -> Option<String> {
     if !k.is_multiple_of(32) {
         return Some(format!("K = {k} is not a multiple of 32"));
     }
@@ -112,15 +111,6 @@ fn rejects((t, n, k, e): (usize, usize, usize, usize), layout: ScaleLayout, any_
     if !any_rows && !takes_by_default((t, n, k, e)) {
         let per = if ksteps_filled(k) { 4 } else { 8 };
         return Some(format!("{t} rows over {e} experts: more than one per {per}"));
-    }
-    // The ring copies a chunk's 2 plain scale bytes as the aligned 4-byte word holding them: when
-    // the scales' E x N x K/16 bytes end on a half word, the last pair's word reaches 2 bytes past
-    // them (gemv16.cu, issue_w).
-    if layout == ScaleLayout::Plain && (e * n * (k / 32)) % 2 == 1 {
-        return Some(format!(
-            "plain scales of E {e} x N {n} x K/16 {} bytes end on a half word (the kernels read scales by aligned words)",
-            k / 16
-        ));
     }
     // 32-bit offsets: the weights' rows (E x N), one expert's weights, the tokens, the output.
     let fits = |x: Option<usize>| x.is_some_and(|x| i32::try_from(x).is_ok());
@@ -156,7 +146,7 @@ pub(crate) fn route(op: &OpMeta, facts: &dyn DeviceFacts, overrides: &Overrides)
     // NVFP4 tokens with K < 64: no grouped launch reads them (and the fallback takes no W4A4 MoE
     // form), so any rows per expert.
     let only_taker = act == XType::Nvfp4 && a.k() < 64;
-    if let Some(why) = rejects(tnke, b.layout, overrides.moe_gemv == Some(true) || only_taker) {
+    if let Some(why) = rejects(tnke, overrides.moe_gemv == Some(true) || only_taker) {
         return Ok(Verdict::Declines(why));
     }
     let out = act.out_or(c.map(|c| c.dtype));
@@ -309,18 +299,10 @@ mod tests {
         assert!(off.family() == "grouped" && off.to_string().contains("NVFP4_MOE_GEMV=off"), "{off}");
         let mixtral = Shape::Moe { n: 4096, k: 14336, counts: vec![8; 8] }.op_meta_in(ScaleLayout::Plain, None);
         assert_eq!(route_op(&mixtral, &Modeled::HOPPER, &Overrides::moe_gemv(true)).unwrap().family(), "gemv16_moe");
-        // Plain scales ending on a half word (E x N x K/32 odd) are declined even when forced;
-        // blocked ones (padded) are taken.
-        let tail = |layout| {
-            let op = Shape::Moe { n: 97, k: 32, counts: vec![3] }.op_meta_in(layout, Some(OutputDtype::Bf16));
-            route_op(&op, &Modeled::HOPPER, &Overrides::moe_gemv(true)).unwrap().to_string()
-        };
-        assert!(
-            tail(ScaleLayout::Plain).contains("[not gemv16_moe: plain scales of E 1 x N 97"),
-            "{}",
-            tail(ScaleLayout::Plain)
-        );
-        assert!(tail(ScaleLayout::Blocked).starts_with("gemv16_moe"), "{}", tail(ScaleLayout::Blocked));
+        // Plain scales ending on a half word (E x N x K/32 odd) are taken: the kernels read their
+        // last pair alone.
+        let tail = Shape::Moe { n: 97, k: 32, counts: vec![3] }.op_meta_in(ScaleLayout::Plain, Some(OutputDtype::Bf16));
+        assert_eq!(route_op(&tail, &Modeled::HOPPER, &Overrides::moe_gemv(true)).unwrap().family(), "gemv16_moe");
         // W4A4 with K < 64 has no other kernel: any rows per expert.
         let k32 = Shape::Moe { n: 96, k: 32, counts: vec![30, 0, 9] }.op_meta_in(ScaleLayout::Plain, None);
         assert_eq!(route_op(&k32, &Modeled::HOPPER, &Overrides::NONE).unwrap().family(), "gemv16_moe");
