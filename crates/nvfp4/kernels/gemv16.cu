@@ -135,6 +135,8 @@ template <int CB, bool BLOCKED>
 struct Cursor {
   const u8* w;                      // this thread's chunk of row q = 0
   const u8* sf;                     // plain: the chunk's scale bytes of row 0; blocked: the 16 B group
+  const u8* sfc;                    // plain: the 8 scale bytes of its warp's 4 chunks that this lane
+                                    // copies in the ring for its warp (row slot `lane`, `warp_copies`)
   i32 w_off[ROWS_PER_THREAD];       // rows q: bytes from row 0 ([0] = 0)
   i32 sf_off[ROWS_PER_THREAD];      // plain: the same for scales
   int sf_shift;                     // blocked: bit offset of this chunk's scales in its 4-byte word
@@ -143,6 +145,7 @@ struct Cursor {
     using C = Chunk<CB>;
     w += C::KSTEP_W;
     sf += BLOCKED ? C::KSTEP_GROUPS : C::KSTEP_SF;
+    if (!BLOCKED) sfc += C::KSTEP_SF;
   }
 };
 
@@ -165,6 +168,13 @@ __device__ __forceinline__ Cursor<CB, BLOCKED> make_cursor(const GemvParams& p, 
   // Blocked: the 4 rows differ only in (i % 128) / 32 = q, so one 16 B group holds all their
   // scales, 4 bytes per row, scale columns 4 * (j / 4) .. + 3.
   cur.sf_shift = 8 * (j & 3);
+  // Plain: lane L copies for its warp the row slot (q, g) = (L / 8, L % 8), the tile's row
+  // row[0] - g + 32 q + g' (rows 32 q + g from one first row), from its warp's first chunk on.
+  if (!BLOCKED) {
+    const int lane = threadIdx.x % 32;
+    const int crow = min(row[0] - lane / 4 + 32 * (lane / 8) + lane % 8, p.m - 1);
+    cur.sfc = p.sfa + ((i64)l * p.m + crow) * sf_cols + (j & ~7);
+  }
   return cur;
 }
 
@@ -206,9 +216,17 @@ __device__ __forceinline__ void load_w(const Cursor<CB, BLOCKED>& cur, WChunk& x
 // ---- The weight ring of the `_moe` kernels (gemv_stream.cuh): each thread copies its own K-step
 // data (load_w's bytes) with cp.async into its slots of a ring stage and reads them back itself,
 // so no barrier guards a stage. A stage: W [q][THREADS] x 16 B, then the scales, [THREADS] x 16 B
-// (blocked: the thread's 16 B group) or [q][THREADS] x 4 B (plain: the aligned word holding the
-// chunk's 2 bytes). 16 B chunks only (K % 32 == 0).
+// (blocked: the thread's 16 B group) or plain: where K % 128 == 0 (`warp_copies`) [warp][32 row
+// slots] x 8 B, each warp's 4 chunks of its 32 rows, one 8-byte copy per lane, read across the
+// warp after a warp barrier; else [q][THREADS] x 4 B, the aligned word holding the chunk's 2
+// bytes (two threads copy each word: 13-18% slower than the blocked layout, NOTES.md "Session
+// 17"). 16 B chunks only (K % 32 == 0).
 constexpr int RING_STAGE_BYTES = THREADS * (ROWS_PER_THREAD * 16 + 16);
+static_assert(8 * 32 * 8 <= THREADS * 16, "the warps' plain scale slots fit the stage's scale part");
+
+// Plain scales copied per warp: every row's scales start 8-byte aligned (K / 16 % 8 == 0), and a
+// warp's 4 chunks are all inside K or all past it (chunks % 4 == 0).
+__device__ __forceinline__ bool warp_copies(const GemvParams& p) { return p.k % 128 == 0; }
 
 template <bool BLOCKED>
 __device__ __forceinline__ void issue_w(const GemvParams& p, const Cursor<16, BLOCKED>& cur, u32 stage, bool ok,
@@ -220,6 +238,9 @@ __device__ __forceinline__ void issue_w(const GemvParams& p, const Cursor<16, BL
     for (int q = 0; q < ROWS_PER_THREAD; ++q) ptx::sts_v4(slot + q * THREADS * 16, 0u, 0u, 0u, 0u);
     if (BLOCKED) {
       ptx::sts_v4(sf + threadIdx.x * 16, 0u, 0u, 0u, 0u);
+    } else if (warp_copies(p)) {
+      ptx::sts_u32(sf + threadIdx.x * 8, 0u);
+      ptx::sts_u32(sf + threadIdx.x * 8 + 4, 0u);
     } else {
 #pragma unroll
       for (int q = 0; q < ROWS_PER_THREAD; ++q) ptx::sts_u32(sf + (q * THREADS + threadIdx.x) * 4, 0u);
@@ -230,6 +251,8 @@ __device__ __forceinline__ void issue_w(const GemvParams& p, const Cursor<16, BL
   for (int q = 0; q < ROWS_PER_THREAD; ++q) ptx::cp_async_16(slot + q * THREADS * 16, cur.w + cur.w_off[q], pol);
   if (BLOCKED) {
     ptx::cp_async_16_plain(sf + threadIdx.x * 16, cur.sf);
+  } else if (warp_copies(p)) {
+    ptx::cp_async_8(sf + threadIdx.x * 8, cur.sfc);  // row slot `lane` of the warp's [32] x 8 B
   } else {
     // The aligned word holding the 2 bytes, unless it reaches outside the scales (their first
     // pair at a half word, or their last pair at a word's start): then those 2 bytes alone, loaded
@@ -251,10 +274,13 @@ __device__ __forceinline__ void issue_w(const GemvParams& p, const Cursor<16, BL
 
 // What the read-back needs of a tile (constant over its K-steps: a K-step moves the scales by a
 // multiple of 4 bytes): blocked, the bit offset of the chunk's scales in its row's word; plain,
-// bit q set when row q's 2 bytes are the high half of their aligned word.
+// WARP_COPIES when the warp copies its scales together, else bit q set when row q's 2 bytes are
+// the high half of their aligned word.
+constexpr u32 WARP_COPIES = 1u << 31;
 template <bool BLOCKED>
-__device__ __forceinline__ u32 ring_info(const Cursor<16, BLOCKED>& cur) {
+__device__ __forceinline__ u32 ring_info(const GemvParams& p, const Cursor<16, BLOCKED>& cur) {
   if (BLOCKED) return cur.sf_shift;
+  if (warp_copies(p)) return WARP_COPIES;
   u32 info = 0;
 #pragma unroll
   for (int q = 0; q < ROWS_PER_THREAD; ++q)
@@ -273,6 +299,13 @@ __device__ __forceinline__ void fetch_w(const u8* stage, u32 info, WChunk& x) {
     const u32 w[4] = {g.x, g.y, g.z, g.w};
 #pragma unroll
     for (int q = 0; q < ROWS_PER_THREAD; ++q) x.s[q] = (w[q] >> info) & 0xFFFFu;
+  } else if (info == WARP_COPIES) {
+    // Row slot (q, g) of the warp's [32] x 8 B holds chunks 4w .. 4w + 3: this lane's 2 bytes at
+    // 2 t. Other lanes copied them: every lane has waited for its own copies, then the barrier.
+    __syncwarp();
+    const u8* mine = sf + (threadIdx.x / 32) * 256 + (threadIdx.x % 32 / 4) * 8 + (threadIdx.x % 4) * 2;
+#pragma unroll
+    for (int q = 0; q < ROWS_PER_THREAD; ++q) x.s[q] = *reinterpret_cast<const u16*>(mine + q * 64);
   } else {
 #pragma unroll
     for (int q = 0; q < ROWS_PER_THREAD; ++q)
@@ -346,7 +379,9 @@ struct W4A16 {
   static __device__ __forceinline__ void issue(const GemvParams& p, const Cursor& cur, u32 stage, bool ok, u64 pol) {
     issue_w<BLOCKED>(p, cur, stage, ok, pol);
   }
-  static __device__ __forceinline__ u32 ring_info(const Cursor& cur) { return ::ring_info<BLOCKED>(cur); }
+  static __device__ __forceinline__ u32 ring_info(const GemvParams& p, const Cursor& cur) {
+    return ::ring_info<BLOCKED>(p, cur);
+  }
   static __device__ __forceinline__ void fetch(const u8* stage, u32 info, WChunk& x) { fetch_w<BLOCKED>(stage, info, x); }
   static __device__ __forceinline__ void compute(const gemv_tiles::Tile&, const WChunk& x, const u8* xs, int wc,
                                                  int cl, float (&d)[2][4]) {

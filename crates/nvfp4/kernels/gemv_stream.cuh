@@ -4,14 +4,15 @@
 // end the stream drains to one K-step, and a tile of 2 K-steps waits a full memory latency for
 // little data. Here every thread keeps STAGES - 1 K-steps of copies in flight (cp.async into its
 // own slots of a ring stage, K::issue), across tile edges and epilogues: the copy side walks the
-// same tiles STAGES - 1 K-steps ahead of the compute side. A thread reads back only what it copied
-// (K::fetch, after its own `cp.async.wait_group`), so no barrier guards the ring.
+// same tiles STAGES - 1 K-steps ahead of the compute side. A thread reads back what it or its
+// warp copied (K::fetch, after its own `cp.async.wait_group`, and then a warp barrier where lanes
+// copy for each other), so no CTA barrier guards the ring.
 //
 // Beyond gemv_tiles.cuh's hooks, K provides:
 //   K::RING_STAGE_BYTES                      bytes of one stage (every thread's slots)
 //   K::issue(p, cur, stage, ok, pol)         copies the K-step at `cur` into stage `stage` (a
 //                                            shared-window address; zeros when !ok)
-//   K::ring_info(cur)                        what fetch needs of a tile (from its first cursor)
+//   K::ring_info(p, cur)                     what fetch needs of a tile (from its first cursor)
 //   K::fetch(stage, info, x)                 the K-step's data from stage `stage`
 #pragma once
 #include "gemv_tiles.cuh"
@@ -70,7 +71,7 @@ __device__ void stream(const GemvParams& p, u8* smem, u8* ring, const Walker& fi
     const int row0 = first_row(t);
     int row[ROWS_PER_THREAD];
     tile_rows<K>(t, residue, row);
-    const u32 info = K::ring_info(K::cursor(p, t.l, row, t.ks0 * KSTEP_CHUNKS + lead + own));
+    const u32 info = K::ring_info(p, K::cursor(p, t.l, row, t.ks0 * KSTEP_CHUNKS + lead + own));
     const int window = window_of(t);
     const bool one_window = t.ks1 - t.ks0 <= window;
     const int wc = window * KSTEP_CHUNKS;

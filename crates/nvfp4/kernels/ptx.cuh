@@ -136,6 +136,10 @@ NVFP4_DEVICE void cp_async_16(u32 dst, const void* src, u64 pol) {
 NVFP4_DEVICE void cp_async_16_plain(u32 dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
+// 8 B (src 8-byte aligned) through L1 (a warp's rows of plain scales).
+NVFP4_DEVICE void cp_async_8(u32 dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(src) : "memory");
+}
 // 4 B (src 4-byte aligned) through L1 (neighbouring threads share the sectors: scales).
 NVFP4_DEVICE void cp_async_4(u32 dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");

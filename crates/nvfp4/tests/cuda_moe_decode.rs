@@ -36,6 +36,9 @@ fn cases() -> Vec<(usize, usize, Vec<usize>)> {
         (97, 32, vec![3]),
         (64, 64, (0..512).map(|e| [0, 1, 0, 2, 9][e % 5]).collect()),
         (4096, 7168, vec![8, 9, 17, 0, 1, 0, 2, 3, 0, 16, 1, 0, 0, 4, 0, 1]),
+        // K % 128 == 0 but not of 1024: plain scales copied per warp, the last warp's chunks past
+        // K (zeros); N off the 32-row tiles (the copied rows past N clamped).
+        (130, 896, vec![0, 2, 0, 1, 9, 0, 0, 1]),
         (1536, 2048, (0..128).map(|e| usize::from(e % 16 == 3)).collect()),
     ]
 }

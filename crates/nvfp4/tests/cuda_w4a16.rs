@@ -354,6 +354,8 @@ fn shapes() -> Vec<Shape> {
         // partial K-step. Routings of a few rows per expert, experts of 8, 9 and 17 rows: the
         // grouped launch (moe_decode_routings_on_the_gemv forces them onto the `_moe` kernels).
         Shape::Moe { n: 130, k: 800, counts: vec![0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0] },
+        // The same with K % 128 == 0: plain scales copied per warp (the last warp's chunks past K).
+        Shape::Moe { n: 130, k: 896, counts: vec![0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0] },
         Shape::Moe { n: 130, k: 800, counts: vec![0, 1, 8, 9, 0, 17, 2, 0, 0, 1, 0, 3, 0, 0, 0, 0, 0, 1, 0, 0] },
         Shape::Moe { n: 300, k: 6176, counts: vec![8, 0, 3, 9, 0, 0, 0, 1] },
     ]

@@ -6,8 +6,8 @@
 //! expert's rows are the columns of the GEMV's MMA (up to 8 per pass), the weights streamed once
 //! per pass through a ring in shared memory, and each CTA lays out the experts' rows from the
 //! device offsets itself, in the same launch. That wins where few rows per expert let its lower
-//! fixed cost weigh (batch-1 to batch-4 decode of a top-8 MoE: [`takes_by_default`]); at SPEC
-//! §9's 32-token decode routings the grouped launch, its weights packed, streams faster.
+//! fixed cost weigh ([`takes_by_default`]: up to 2 rows per expert for K <= 2048, fewer for
+//! longer K, whose token windows are restaged per tile).
 
 use std::fmt;
 
@@ -22,17 +22,31 @@ use crate::ops::{effective_alpha, Act, Activation, MoeAlpha, Op, OpMeta};
 use crate::{Error, Result};
 
 /// Whether the route sends a MoE form of T rows over E experts (N x K weights) to the `_moe`
-/// kernels when nothing is forced: at most one row per 4 experts, one per 8 where K's K-steps
-/// (1024 elements) are less than 7/8 full on average (part of every such K-step's threads idle;
-/// Qwen3-30B-A3B's down projection, K = 768, fills 3/4). Measured against the grouped launch's
-/// best form (W4A16 packed, W4A4) on an H200, graph protocol, uniform routings (NOTES.md,
-/// "Session 16"): T = E/4 and below 1.03-1.6x faster (Qwen3-30B-A3B gate/up T = 8 and 32, down
-/// T = 8 and 16; DeepSeek-V3's EP rank T = 2 and 8; Mixtral T = 2); Qwen3 down at T = 32
-/// 0.95-0.97x; every SPEC §9 decode routing (T = E/4 to 8E) 0.8-0.93x. (Two experts of 256 x 256
-/// with 4 rows each also ran 2.2x faster: launch-bound forms of small weights would gain too,
-/// unmeasured between.)
+/// kernels when nothing is forced. Measured against the grouped launch's best form (W4A16
+/// packed, W4A4) on an H200, graph protocol, with the tiles stepped by increments and plain
+/// scales copied per warp (NOTES.md, "Session 17"):
+/// - K <= 2048 with its K-steps (1024 elements) at least 7/8 full on average: up to 2 rows per
+///   expert (Qwen3-30B-A3B gate/up up to T = 256, SPEC's 32-token decode; DeepSeek-V3's EP rank
+///   down up to T = 30);
+/// - K <= 2048 with partial K-steps (part of every such K-step's threads idle; Qwen3-30B-A3B's
+///   down, K = 768, fills 3/4): up to one row per 2 experts (0.94x at T = 256);
+/// - longer K: one row per 4 experts, per 8 with partial K-steps (DeepSeek-V3 gate/up T = 2 and
+///   8, Mixtral T = 2; 0.8x at T = 38 and 16, where each expert's token window is restaged per
+///   tile).
 pub fn takes_by_default((t, _n, k, e): (usize, usize, usize, usize)) -> bool {
-    4 * t <= e && (ksteps_filled(k) || 8 * t <= e)
+    let (rows, experts) = default_share(k);
+    t * experts <= e * rows
+}
+
+/// [`takes_by_default`]'s bound for reduction length K: at most `rows` routed rows per `experts`
+/// experts.
+fn default_share(k: usize) -> (usize, usize) {
+    match (k <= 2048, ksteps_filled(k)) {
+        (true, true) => (2, 1),
+        (true, false) => (1, 2),
+        (false, true) => (1, 4),
+        (false, false) => (1, 8),
+    }
 }
 
 /// Whether K's K-steps of 32 chunks (32 elements each) are at least 7/8 full on average.
@@ -109,8 +123,11 @@ fn rejects((t, n, k, e): (usize, usize, usize, usize), any_rows: bool) -> Option
         return Some(format!("{e} experts: the kernels' table holds {MOE_MAX_EXPERTS}"));
     }
     if !any_rows && !takes_by_default((t, n, k, e)) {
-        let per = if ksteps_filled(k) { 4 } else { 8 };
-        return Some(format!("{t} rows over {e} experts: more than one per {per}"));
+        let bound = match default_share(k) {
+            (rows, 1) => format!("{rows} per expert"),
+            (_, experts) => format!("one per {experts}"),
+        };
+        return Some(format!("{t} rows over {e} experts: more than {bound} (K = {k})"));
     }
     // 32-bit offsets: the weights' rows (E x N), one expert's weights, the tokens, the output.
     let fits = |x: Option<usize>| x.is_some_and(|x| i32::try_from(x).is_ok());
@@ -253,9 +270,9 @@ mod tests {
         }
     }
 
-    /// Batch-1 to batch-4 decode routings and small weights take the `_moe` kernels in both modes;
-    /// SPEC's 32-token decode routings, K % 32 != 0, too many experts and a forced grouped launch
-    /// do not, saying why.
+    /// Batch-1 to batch-4 decode routings and small weights take the `_moe` kernels in both modes,
+    /// and up to 2 rows per expert for K <= 2048; more rows, K % 32 != 0, too many experts and a
+    /// forced grouped launch do not, saying why.
     #[test]
     fn decode_routings_route_here() {
         // Qwen3-30B-A3B gate/up, one token's top 8.
@@ -268,17 +285,22 @@ mod tests {
             }
         }
         let family = |counts: Vec<usize>, n, k| run(counts, n, k, ScaleLayout::Blocked, Some(OutputDtype::Bf16));
-        // One row per 4 experts; per 8 for Qwen3's down projection (K = 768: 3/4 of a K-step).
-        assert!(family([1, 0, 0, 0].repeat(32), 1536, 2048).starts_with("gemv16_moe"));
-        assert!(family([1, 0, 0, 0, 0, 0, 0, 0].repeat(16), 2048, 768).starts_with("gemv16_moe"));
-        let r = family([1, 0, 0, 0].repeat(32), 2048, 768);
-        assert!(r.starts_with("grouped") && r.contains("32 rows over 128 experts: more than one per 8"), "{r}");
-        // SPEC §9's decode routings go to the grouped launch.
-        let r = family(vec![2; 128], 1536, 2048);
-        assert!(r.starts_with("grouped") && r.contains("256 rows over 128 experts"), "{r}");
+        // K <= 2048: two rows per expert (SPEC §9's 32-token decode of Qwen3-30B-A3B's gate/up
+        // included), one per 2 experts for its down projection (K = 768: 3/4 of a K-step).
+        assert!(family(vec![2; 128], 1536, 2048).starts_with("gemv16_moe"));
+        let r = family([3, 2].repeat(64), 1536, 2048);
+        assert!(r.starts_with("grouped") && r.contains("320 rows over 128 experts: more than 2 per expert"), "{r}");
+        assert!(family([1, 0].repeat(64), 2048, 768).starts_with("gemv16_moe"));
+        let r = family([1, 1, 1, 0].repeat(32), 2048, 768);
+        assert!(
+            r.starts_with("grouped") && r.contains("96 rows over 128 experts: more than one per 2 (K = 768)"),
+            "{r}"
+        );
+        // Longer K: one row per 4 experts, per 8 with partial K-steps.
         let r = run(vec![8; 8], 4096, 14336, ScaleLayout::Plain, Some(OutputDtype::Bf16));
-        assert!(r.starts_with("grouped") && r.contains("64 rows over 8 experts"), "{r}");
+        assert!(r.starts_with("grouped") && r.contains("64 rows over 8 experts: more than one per 4"), "{r}");
         assert!(takes_by_default((2, 4096, 7168, 8)) && !takes_by_default((3, 4096, 7168, 8)));
+        assert!(takes_by_default((1, 4096, 6176, 8)) && !takes_by_default((2, 4096, 6176, 8)));
         let r = run(vec![1; 4], 256, 272, ScaleLayout::Plain, None);
         assert!(r.contains("K = 272 is not a multiple of 32"), "{r}");
         let r = run(vec![1; 600], 256, 256, ScaleLayout::Plain, None);
