@@ -1,17 +1,23 @@
 """µs per dense W4A16 call (torch.ops.nvfp4.gemm, bf16 activations, blocked scales), a CUDA graph
-of 50 calls replayed, median of 20 replays; random weight bytes, every scale 1.0. The kernels are
-the environment's (NVFP4_KERNELS_DIR).
+of 50 calls replayed, median of 20 replays (session 16's `timed`); random weight bytes, every
+scale 1.0. The kernels are the environment's (NVFP4_KERNELS_DIR). Session 17 ran it on branch
+`gemv-packed`, where a packed weight took the packed-weight GEMV; on main both forms of a weight
+take the GEMV at M <= 8.
 
   python gemv_time.py LABEL [plain]   the SPEC §9 decode projections at M = 1, 4, 8, packed weights
                                       (and the weights as they are with `plain`)
   python gemv_time.py ncu N K M packed|plain
                                       one call, three times (for `ncu -s 1 -c 1`)
 """
+import os
 import sys
 
 import torch
 import nvfp4
 import nvfp4.torch  # noqa: F401
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "session16"))
+from moe_time import timed  # noqa: E402  (the graph protocol of session 16's script)
 
 BF16 = torch.bfloat16
 SHAPES = [(8192, 8192), (7168, 16384), (4096, 7168), (7168, 2048)]
@@ -22,29 +28,6 @@ def operands(n, k, m):
     sb = torch.full((n * k // 16,), 0x38, dtype=torch.uint8, device="cuda").view(torch.float8_e4m3fn)
     x = torch.randn(m, k, device="cuda").to(BF16)
     return b, sb, x
-
-
-def timed(f):
-    f()
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            f()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(50):
-            f()
-    ts = []
-    for _ in range(20):
-        a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        z.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(z) * 1000 / 50)
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 def call(n, k, m, packed):
