@@ -219,7 +219,7 @@ __device__ __forceinline__ void load_w(const Cursor<CB, BLOCKED>& cur, WChunk& x
 // (blocked: the thread's 16 B group) or plain: where K % 128 == 0 (`warp_copies`) [warp][32 row
 // slots] x 8 B, each warp's 4 chunks of its 32 rows, one 8-byte copy per lane, read across the
 // warp after a warp barrier; else [q][THREADS] x 4 B, the aligned word holding the chunk's 2
-// bytes (two threads copy each word: 13-18% slower than the blocked layout, NOTES.md "Session
+// bytes (two threads copy each word: 11-18% slower than the blocked layout, NOTES.md "Session
 // 17"). 16 B chunks only (K % 32 == 0).
 constexpr int RING_STAGE_BYTES = THREADS * (ROWS_PER_THREAD * 16 + 16);
 static_assert(8 * 32 * 8 <= THREADS * 16, "the warps' plain scale slots fit the stage's scale part");

@@ -350,7 +350,7 @@ fn shapes() -> Vec<Shape> {
         Shape::GroupedGemm { groups: vec![(128, 128, 64); 4] },
         Shape::Moe { n: 384, k: 224, counts: vec![40, 0, 76, 8] },
         Shape::Moe { n: 520, k: 512, counts: vec![1, 300, 0, 71, 129] },
-        // A batch-1 decode routing (one row per 8 experts or fewer): the `_moe` kernels, K of one
+        // A batch-1 decode routing (2 rows over 20 experts): the `_moe` kernels, K of one
         // partial K-step. Routings of a few rows per expert, experts of 8, 9 and 17 rows: the
         // grouped launch (moe_decode_routings_on_the_gemv forces them onto the `_moe` kernels).
         Shape::Moe { n: 130, k: 800, counts: vec![0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0] },
