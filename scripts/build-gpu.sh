@@ -18,7 +18,8 @@ mkdir -p "$out"
 cp target/release/nvfp4 "$out/nvfp4"
 # Dev diagnostics (timing probes for kernel work), e.g. gpu-bin/dev_gemv_diag fixed-cost,
 # gpu-bin/dev_gemm_diag timing, gpu-bin/dev_quant_diag timing.
-cp target/release/examples/dev_gemv_diag target/release/examples/dev_gemm_diag target/release/examples/dev_quant_diag "$out/"
+cp target/release/examples/dev_gemv_diag target/release/examples/dev_gemm_diag target/release/examples/dev_quant_diag \
+  target/release/examples/dev_launch_cost "$out/"
 
 # Integration-test executables, named test-<target> (e.g. gpu-bin/test-cuda).
 cargo test --release --no-run --message-format=json 2>/dev/null | python3 -c '

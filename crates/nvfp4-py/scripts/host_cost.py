@@ -22,7 +22,10 @@ Rows:
                          then its packed form)
   torch.ops.nvfp4.gemm.default W4A16    the same through the overload (no overload resolution)
   torch.ops.nvfp4.quantize   the activation quantizer (W4A4's first call)
-  torch.ops.nvfp4.grouped_gemm_moe W4A16   the MoE form, two experts, one float alpha
+  torch.ops.nvfp4.grouped_gemm_moe W4A16   the MoE form, two experts, one float alpha, through the
+                         packet (which tries .Tensor first: a failed schema match for a float)
+  torch.ops.nvfp4.grouped_gemm_moe.default / .Tensor W4A16   the same through the overload: one
+                         float alpha, or a float32 tensor of per-expert alphas (what MoE calls)
   native gemm(out=)      nvfp4._nvfp4.gemm alone: the Rust binding without the Python wrapper
   torch.empty only       the allocation alone, for scale
   torch.ops.aten.empty   a torch.ops call of torch's own that allocates its output and launches
@@ -138,6 +141,7 @@ def main():
     pk = nvfp4.pack(b, sb, dtype=torch.bfloat16)
     bs, sbs = torch.stack([b, b]), torch.stack([sb, sb])
     offsets = torch.tensor([m // 2, m], dtype=torch.int32, device="cuda")
+    alphas = torch.ones(2, dtype=torch.float32, device="cuda")
     cases = {
         "gemm(out=)": lambda: nvfp4.gemm(a, sa, b, sb, out=out),
         "native gemm(out=)": lambda: native(a, sa, b, sb, out),
@@ -156,6 +160,10 @@ def main():
             "torch.ops.nvfp4.quantize": lambda: torch.ops.nvfp4.quantize(xa, 1.0),
             "torch.ops.nvfp4.grouped_gemm_moe W4A16": lambda: torch.ops.nvfp4.grouped_gemm_moe(
                 xa, None, bs, sbs, offsets, alpha=1.0),
+            "torch.ops.nvfp4.grouped_gemm_moe.default W4A16": lambda: torch.ops.nvfp4.grouped_gemm_moe.default(
+                xa, None, bs, sbs, offsets, alpha=1.0),
+            "torch.ops.nvfp4.grouped_gemm_moe.Tensor W4A16": lambda: torch.ops.nvfp4.grouped_gemm_moe.Tensor(
+                xa, None, bs, sbs, offsets, alpha=alphas),
             "torch.empty only": lambda: torch.empty(m, n, dtype=torch.float16, device="cuda"),
             "torch.ops.aten.empty (torch.ops call + allocation)": lambda: torch.ops.aten.empty.memory_format(
                 [m, n], dtype=torch.float16, device=out.device),

@@ -284,8 +284,23 @@ fn moe(s: &[StableIValue], tensor_alpha: bool) -> Res<Vec<Handle>> {
     let at = act_tensor(&a);
     let mut shape = at.shape[..at.shape.len().saturating_sub(1)].to_vec();
     shape.push(if b.values.shape.len() == 3 { b.values.shape[1] } else { b.meta.rows });
-    let (out, ot) = c.output(&shape, out_type(dt, Some(&a))?, true)?;
-    moe_on(&NoGil, c.device(), c.stream()?, &a, &b, &offsets, &ot, &packed, &alpha).map_err(msg)?;
+    // Zeroed for the rows no expert owns: by torch on the CPU, by one driver memset on the
+    // call's stream on a GPU (torch's zero_ there costs a dispatch and a launch more).
+    let cuda = match c.device() {
+        Device::Cuda(d) => Some(d),
+        Device::Cpu => None,
+    };
+    let (out, ot) = c.output(&shape, out_type(dt, Some(&a))?, cuda.is_none())?;
+    let stream = c.stream()?;
+    if let Some(d) = cuda {
+        let bytes = ot.numel() * 2;
+        // SAFETY: `ot` is the 16-bit output just allocated on device d (`bytes` bytes, dense),
+        // held by `out` until torch frees it, which it orders after work on `stream`, the call's
+        // current stream of that device.
+        crate::cuda::with_device(d, stream, |backend, _, h| unsafe { backend.zero_raw(ot.ptr, bytes, h) })
+            .map_err(msg)?;
+    }
+    moe_on(&NoGil, c.device(), stream, &a, &b, &offsets, &ot, &packed, &alpha).map_err(msg)?;
     Ok(vec![out])
 }
 

@@ -132,6 +132,16 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// Enqueues a zero fill of `bytes` bytes at device address `addr` on `stream` (one driver
+    /// memset: a framework's own zero fill costs a dispatch and a kernel launch more).
+    ///
+    /// # Safety
+    /// `addr` must hold `bytes` bytes of device memory of this backend's device that stay
+    /// allocated until the fill has run on `stream`, a live stream of this device's context.
+    pub unsafe fn zero_raw(&self, addr: u64, bytes: usize, stream: StreamHandle) -> Result<()> {
+        self.gpu.memset_zero(addr, bytes, stream)
+    }
+
     /// The device (for the backend's sibling modules).
     pub(super) fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
