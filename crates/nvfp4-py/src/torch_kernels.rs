@@ -292,8 +292,8 @@ fn moe(s: &[StableIValue], tensor_alpha: bool) -> Res<Vec<Handle>> {
     };
     let (out, ot) = c.output(&shape, out_type(dt, Some(&a))?, cuda.is_none())?;
     let stream = c.stream()?;
-    // The output is f16 or bf16. No tokens: nothing to fill (and the empty tensor may have no
-    // address).
+    // The output is f16 or bf16. (The rules refuse a zero dimension; an empty output would have
+    // no address to fill.)
     let bytes = ot.numel() * 2;
     if let Some(d) = cuda.filter(|_| bytes > 0) {
         // SAFETY: `ot` is the 16-bit output just allocated on device d (`bytes` bytes, dense),
