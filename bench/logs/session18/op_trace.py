@@ -5,9 +5,8 @@ launches too), and host µs per call of the MoE form's pieces. A diagnostic, not
 Usage: python3 op_trace.py [--no-launch | --timings]   (--no-launch: run under NVFP4_PY_NO_LAUNCH=1;
 both print the timings only)
 """
-import statistics
+import os
 import sys
-import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -15,17 +14,11 @@ from torch.profiler import ProfilerActivity, profile
 import nvfp4
 import nvfp4.torch  # noqa: F401
 
-
-def host_us(fn, calls=1000, rounds=5):
-    v = []
-    for _ in range(rounds):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        v.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(v)
+# host_cost.py's timing (1000 calls, then one sync, median of 5 rounds); found beside this script
+# when staged next to it, else in the repository.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "crates", "nvfp4-py",
+                                "scripts"))
+from host_cost import host_us  # noqa: E402
 
 
 m, n, k = 128, 256, 256
@@ -51,7 +44,7 @@ for f in cases.values():
 torch.cuda.synchronize()
 tag = "no-launch " if "--no-launch" in sys.argv else ""
 for name, f in cases.items():
-    print(f"{tag}{name:40s} {host_us(f):8.2f} us/call", flush=True)
+    print(f"{tag}{name:40s} {host_us(f)[0]:8.2f} us/call", flush=True)
 if tag or "--timings" in sys.argv:
     sys.exit(0)
 for name in ["ops.gemm W4A16", "ops.grouped_gemm_moe.default W4A16", "native grouped_gemm_moe(out) W4A16"]:

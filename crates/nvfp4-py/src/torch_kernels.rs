@@ -292,13 +292,11 @@ fn moe(s: &[StableIValue], tensor_alpha: bool) -> Res<Vec<Handle>> {
     };
     let (out, ot) = c.output(&shape, out_type(dt, Some(&a))?, cuda.is_none())?;
     let stream = c.stream()?;
-    // The output is f16 or bf16. (The rules refuse a zero dimension; an empty output would have
-    // no address to fill.)
-    let bytes = ot.numel() * 2;
-    if let Some(d) = cuda.filter(|_| bytes > 0) {
-        // SAFETY: `ot` is the 16-bit output just allocated on device d (`bytes` bytes, dense),
-        // held by `out` until torch frees it, which it orders after work on `stream`, the call's
-        // current stream of that device.
+    if let Some(d) = cuda {
+        let bytes = ot.numel() * 2;
+        // SAFETY: `ot` is the 16-bit output just allocated on device d (`bytes` bytes, dense, not
+        // empty: the rules refuse a zero dimension), held by `out` until torch frees it, which it
+        // orders after work on `stream`, the call's current stream of that device.
         crate::cuda::with_device(d, stream, |backend, _, h| unsafe { backend.zero_raw(ot.ptr, bytes, h) })
             .map_err(msg)?;
     }

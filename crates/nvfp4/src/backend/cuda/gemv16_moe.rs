@@ -112,9 +112,9 @@ impl fmt::Display for MoeColsConfig {
 }
 
 /// Why the `_moe` kernels cannot take a MoE form of `(T, N, K, E)`, or `None`; `any_rows`: take
-/// it whatever its rows per expert (`NVFP4_MOE_GEMV=on`), else as [`takes_by_default`] says. The rule is on T, E and K: the counts are on the device only
-/// (a skewed routing, all rows to one expert, streams that expert's weights once per 8 of its
-/// rows).
+/// it whatever its rows per expert (`NVFP4_MOE_GEMV=on`), else as [`takes_by_default`] says. The
+/// rule is on T, E and K: the counts are on the device only (a skewed routing, all rows to one
+/// expert, streams that expert's weights once per 8 of its rows).
 fn rejects((t, n, k, e): (usize, usize, usize, usize), any_rows: bool) -> Option<String> {
     if !k.is_multiple_of(32) {
         return Some(format!("K = {k} is not a multiple of 32"));
