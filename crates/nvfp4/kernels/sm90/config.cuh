@@ -38,7 +38,7 @@ struct Cfg {
   static constexpr int BN = BN_;
   static constexpr int BM = 2 * 64 * WM;  // two consumer warpgroups
   static constexpr int PART_ROWS = BM / PARTS;
-  using L = Layout<PARTS, BM, BN>;
+  using L = Layout<PARTS, BM, BN, ACT != ACT_NVFP4>;
   static constexpr int W_BYTES = BM * ROW_BYTES;
   static constexpr int SW_BYTES = L::SW_BYTES;
   static constexpr int SW_PART = SW_BYTES / PARTS;  // one part's scale chunks (SF_BULK)

@@ -188,9 +188,9 @@ macro_rules! variants {
 
 variants![(256, 16), (256, 32), (256, 64), (256, 128), (128, 128), (128, 256)];
 
-/// The shared-memory carve-up of one variant of one operation (mirrored by `Layout<PARTS, BM,
-/// BN>` in generated.cuh, which sm90/config.cuh checks): the X ring from offset 0, the W ring, the
-/// barriers; offsets from a 1024-aligned base.
+/// The shared-memory carve-up of one variant of one operation and X kind (mirrored by
+/// `Layout<PARTS, BM, BN, W16>` in generated.cuh, which sm90/config.cuh checks): the X ring from
+/// offset 0, the W ring, the barriers; offsets from a 1024-aligned base.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     /// W stages of 256 K elements, values and scales: what fits next to `MIN_X_STAGES` X stages,
@@ -210,15 +210,25 @@ pub struct Layout {
     pub smem_bytes: usize,
 }
 
+/// Shared memory the W4A16 kernels of X tiles up to [`W16_NARROW_BN`] rows carve up: two W
+/// stages instead of the five that fill the SM. NOTES.md, session 19 (one process per wheel,
+/// alternated): on the H100 the dense M = 16 / 32 calls ran 0-17% faster with two (7168 x 16384:
+/// 43.7 -> 36.3 µs) and the MoE form's grouped rows 4-8%; on the H200 0-2%. Why fewer stages in
+/// flight run faster is not established.
+pub const W16_NARROW_SMEM: usize = 114_688;
+/// See [`W16_NARROW_SMEM`].
+pub const W16_NARROW_BN: usize = 32;
+
 impl Variant {
-    /// The carve-up for `op`.
-    pub fn layout(self, op: Op) -> Layout {
+    /// The carve-up for `op` with X of kind `x`.
+    pub fn layout(self, op: Op, x: XKind) -> Layout {
         let parts = op.parts();
         let part_groups = (self.bm / parts).div_ceil(128);
         let sw_bytes = (self.bm * 16).max(parts * part_groups * SUB * SF_CHUNK);
         let raw_bytes = self.bm * ROW_BYTES + sw_bytes;
         let x_bytes = self.bn * ROW_BYTES;
-        let room = SMEM_CAP - 1024 - 512; // alignment slack and barriers
+        let cap = if x != XKind::Nvfp4 && self.bn <= W16_NARROW_BN { W16_NARROW_SMEM } else { SMEM_CAP };
+        let room = cap - 1024 - 512; // alignment slack and barriers
         let raw_stages = ((room - MIN_X_STAGES * x_bytes) / raw_bytes).min(MAX_RAW_STAGES);
         let x_stages = ((room - raw_stages * raw_bytes) / x_bytes).min(MAX_X_STAGES);
         let raw_off = x_stages * x_bytes;
@@ -562,18 +572,22 @@ pub fn cuda_sizes() -> String {
     }
     let _ = writeln!(s, "constexpr double DECODE_BIAS = {DECODE_BIAS:?};");
     s += "\n// The shared-memory carve-up of each variant (backend/cuda/kernels/sm90.rs, Variant::layout).\n";
-    s += "template <int PARTS, int BM, int BN>\nstruct Layout;\n";
-    // One carve-up per operand count: the grouped GEMM's is the GEMM's.
-    for op in [Op::Gemm, Op::Dual] {
+    s += "template <int PARTS, int BM, int BN, bool W16>\nstruct Layout;\n";
+    // One carve-up per operand count and X kind (W16: a 16-bit activation): the grouped GEMM's
+    // is the GEMM's.
+    for (op, x) in
+        [Op::Gemm, Op::Dual].into_iter().flat_map(|op| [(op, XKind::Nvfp4), (op, XKind::Dense(OutputDtype::Bf16))])
+    {
         for v in VARIANTS {
-            let l = v.layout(op);
+            let l = v.layout(op, x);
             let _ = writeln!(
                 s,
-                "template <> struct Layout<{}, {}, {}> {{ static constexpr int RAW_STAGES = {}, X_STAGES = {}, \
+                "template <> struct Layout<{}, {}, {}, {}> {{ static constexpr int RAW_STAGES = {}, X_STAGES = {}, \
                  SW_BYTES = {}, RAW_OFF = {}, BAR_OFF = {}, SMEM_BYTES = {}; }};",
                 op.parts(),
                 v.bm,
                 v.bn,
+                x != XKind::Nvfp4,
                 l.raw_stages,
                 l.x_stages,
                 l.sw_bytes,
@@ -610,24 +624,36 @@ mod tests {
 
     #[test]
     fn layouts_fit_and_symbols_line_up() {
+        let w16 = XKind::Dense(OutputDtype::Bf16);
         for op in [Op::Gemm, Op::Dual, Op::Grouped] {
             for v in VARIANTS {
-                let l = v.layout(op);
-                assert!(l.smem_bytes <= SMEM_CAP, "{op:?} {v:?}: {l:?}");
-                assert!(l.raw_stages >= 2 && l.x_stages >= 3, "{op:?} {v:?}: {l:?}");
+                for x in [XKind::Nvfp4, w16] {
+                    let l = v.layout(op, x);
+                    assert!(l.smem_bytes <= SMEM_CAP, "{op:?} {v:?}: {l:?}");
+                    assert!(l.raw_stages >= 2 && l.x_stages >= 3, "{op:?} {v:?}: {l:?}");
+                }
                 assert_eq!(v.symbol(op), format!("{}_nvfp4_sm90_ws_m{}n{}", op.name(), v.bm, v.bn));
             }
         }
+        // The W4A16 kernels of narrow X tiles: two W stages (packed: 36 KB each), the X ring to 12.
+        let l = Variant { bm: 256, bn: 16 }.layout(Op::Gemm, w16);
+        assert_eq!((l.raw_stages, l.x_stages), (2, 12));
+        assert!(l.smem_bytes <= W16_NARROW_SMEM);
+        assert_eq!(Variant { bm: 256, bn: 16 }.layout(Op::Gemm, XKind::Nvfp4).raw_stages, 5);
+        assert_eq!(
+            Variant { bm: 256, bn: 64 }.layout(Op::Gemm, w16),
+            Variant { bm: 256, bn: 64 }.layout(Op::Gemm, XKind::Nvfp4)
+        );
         assert_eq!(GROUPED_SM90.symbols.last(), Some(&PREPARE_SYMBOL));
         // GEMM m256n128: 4 W stages of 36 KB next to 5 X stages of 16 KB.
-        let l = Variant { bm: 256, bn: 128 }.layout(Op::Gemm);
+        let l = Variant { bm: 256, bn: 128 }.layout(Op::Gemm, XKind::Nvfp4);
         assert_eq!((l.raw_stages, l.x_stages, l.sw_bytes), (4, 5, 4096));
         assert_eq!(l.smem_bytes, 1024 + 5 * 16384 + 4 * (32768 + 4096) + (8 + 10) * 8 + 32);
         // A dual m128 tile holds 64 rows of each part: blocked scales need a whole 128-row group
         // per part, twice the plain layout's 2 KB.
-        assert_eq!(Variant { bm: 128, bn: 128 }.layout(Op::Dual).sw_bytes, 4096);
-        assert_eq!(Variant { bm: 128, bn: 128 }.layout(Op::Gemm).sw_bytes, 2048);
-        assert_eq!(Variant { bm: 256, bn: 64 }.layout(Op::Dual).sw_bytes, 4096);
+        assert_eq!(Variant { bm: 128, bn: 128 }.layout(Op::Dual, XKind::Nvfp4).sw_bytes, 4096);
+        assert_eq!(Variant { bm: 128, bn: 128 }.layout(Op::Gemm, XKind::Nvfp4).sw_bytes, 2048);
+        assert_eq!(Variant { bm: 256, bn: 64 }.layout(Op::Dual, XKind::Nvfp4).sw_bytes, 4096);
     }
 
     #[test]

@@ -187,7 +187,7 @@ impl Sm90Plan {
     }
     /// The variant's shared-memory carve-up.
     pub fn layout(&self) -> Layout {
-        self.variant.layout(self.op)
+        self.variant.layout(self.op, self.x)
     }
     /// The kernel symbol.
     pub fn symbol(&self) -> &'static str {
@@ -301,12 +301,12 @@ fn cost_split(v: Variant, units: usize, split: usize, ips: usize, slots: usize, 
 /// with fewer than 128 accumulators per thread (sm90/kreduce.cuh's `KCLUSTER_FITS`: the others
 /// spilled), one unit per CTA (`units <= slots`), a cluster the GPU can form, and the other
 /// pieces' f32 tiles fitting in the first CTA's rings.
-pub fn kcluster_ok(op: Op, v: Variant, split: usize, units: usize, slots: usize) -> bool {
+pub fn kcluster_ok(op: Op, x: XKind, v: Variant, split: usize, units: usize, slots: usize) -> bool {
     op == Op::Gemm
         && (v.bm / 128) * v.bn / 2 < 128
         && (2..=MAX_KCLUSTER).contains(&split)
         && units <= slots
-        && (split - 1) * v.bm * v.bn * 4 <= v.layout(op).bar_off
+        && (split - 1) * v.bm * v.bn * 4 <= v.layout(op, x).bar_off
 }
 
 /// Stream-K over `slots` cluster slots: the slot with the largest share, its pieces' overheads,
@@ -414,7 +414,7 @@ pub fn plan_for(
                 if legal && wanted {
                     let units = groups * split;
                     // Summed in clusters only when forced and possible (else the workspace sum).
-                    let kc = in_cluster && cluster == 1 && kcluster_ok(op, v, split, units, slots);
+                    let kc = in_cluster && cluster == 1 && kcluster_ok(op, x, v, split, units, slots);
                     let est = cost_split(v, units, split, ips, slots, kc);
                     let (schedule, kcluster) =
                         if kc { (Schedule::SplitInCluster(split), split) } else { (Schedule::Split(split), 1) };

@@ -202,7 +202,7 @@ impl GroupedPlan {
     }
     /// Dynamic shared memory of the main kernel.
     pub fn smem_bytes(&self) -> usize {
-        self.variant.layout(Op::Grouped).smem_bytes
+        self.variant.layout(Op::Grouped, self.x).smem_bytes
     }
     /// Rows and K of each X operand the pre-pass decodes (none: 16-bit activations).
     fn x_operands(&self) -> Vec<(usize, usize)> {
