@@ -278,6 +278,9 @@ def test_write_merge_table(tmp_path):
     out = tmp_path / "m.json"
     bench_peers.main(["--merge", str(pa), str(pb), "--out", str(out)])
     assert len(json.loads(out.read_text())["rows"]) == 4
+    # A merged report merged again keeps each of its runs.
+    again = report.merge([json.loads(out.read_text()), json.loads(pb.read_text())])
+    assert len(again["runs"]) == 3
 
 
 def test_card_name():

@@ -146,7 +146,8 @@ def write(path, meta, rows):
 
 def merge(docs):
     """One report from several of the same card (later rows replace earlier ones of the same case
-    and mode); the meta of the last, with every run's meta under "runs"."""
+    and mode); the meta of the last, with every run's meta under "runs" (a merged report's own
+    runs kept, not collapsed into its last)."""
     cards = {d.get("card") for d in docs}
     if len(cards) != 1:
         raise ValueError(f"cannot merge reports of different cards: {sorted(map(str, cards))}")
@@ -155,7 +156,9 @@ def merge(docs):
         for r in d["rows"]:
             rows[row_key(r)] = r
     meta = {k: v for k, v in docs[-1].items() if k not in ("rows", "runs")}
-    meta["runs"] = [{k: v for k, v in d.items() if k not in ("rows", "runs")} for d in docs]
+    meta["runs"] = [
+        run for d in docs for run in (d.get("runs") or [{k: v for k, v in d.items() if k not in ("rows", "runs")}])
+    ]
     return document(meta, list(rows.values()))
 
 
