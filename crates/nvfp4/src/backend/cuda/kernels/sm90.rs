@@ -193,8 +193,9 @@ variants![(256, 16), (256, 32), (256, 64), (256, 128), (128, 128), (128, 256)];
 /// offset 0, the W ring, the barriers; offsets from a 1024-aligned base.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
-    /// W stages of 256 K elements, values and scales: what fits next to `MIN_X_STAGES` X stages,
-    /// at most `MAX_RAW_STAGES`.
+    /// W stages of 256 K elements, values and scales: what fits next to `MIN_X_STAGES` X stages
+    /// in `SMEM_CAP` (`W16_NARROW_SMEM` for the W4A16 kernels of narrow X tiles), at most
+    /// `MAX_RAW_STAGES`.
     pub raw_stages: usize,
     /// Decoded-X (f16) sub-stages of 64 K elements: what fits next to the W stages, at most
     /// `MAX_X_STAGES`.
