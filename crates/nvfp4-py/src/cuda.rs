@@ -74,6 +74,18 @@ fn launches_enabled() -> bool {
     *ENABLED.get_or_init(|| std::env::var_os("NVFP4_PY_NO_LAUNCH").is_none_or(|v| v != "1"))
 }
 
+/// One launch of `op` on the caller's stream: chained (a programmatic dependent of the kernel
+/// before it, SPEC §7's graph protocol: it may start its setup and its first weight prefetches
+/// while that kernel ends) where its first kernel reads nothing before its wait, whatever the
+/// previous kernel is; a plain launch otherwise.
+fn launch(op: &BoundOp, stream: StreamHandle) -> nvfp4::Result<()> {
+    if op.chains_safely() {
+        op.launch_chained_on(stream)
+    } else {
+        op.launch_on(stream)
+    }
+}
+
 /// Launches the operation described by `key` on `stream` of device `ordinal`: the one bound by
 /// an earlier call with the same key, or `bind` now (then kept).
 pub fn launch_cached(
@@ -90,13 +102,13 @@ pub fn launch_cached(
     let handle = unsafe { StreamHandle::from_raw(stream) };
     let enabled = launches_enabled();
     if let Some(op) = pool.bound.get(&key) {
-        return if enabled { op.launch_on(handle).py() } else { Ok(()) };
+        return if enabled { launch(op, handle).py() } else { Ok(()) };
     }
     let op = bind(&st.backend, &mut pool.current);
     pool.current.iter().for_each(Workspace::keep_for_process);
     let op = op.py()?;
     if enabled {
-        op.launch_on(handle).py()?;
+        launch(&op, handle).py()?;
     }
     if pool.bound.len() >= BOUND_CACHE {
         let captured: Vec<BoundOp> = pool.bound.drain().map(|(_, op)| op).filter(BoundOp::captured).collect();

@@ -40,6 +40,30 @@ def test_dual_packed_pair_is_bit_identical(g, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_packed_weights_the_previous_kernel_wrote(g, dtype):
+    """Calls are chained behind the kernel before them on the stream (SPEC §7's programmatic
+    dependent launch: a call may start while that kernel ends). Packed weights that kernel wrote
+    in place (a copy into one buffer, alternating two weights) are the ones each call reads."""
+    m, n, k = 16, 2048, 4096
+    wa, sa, _ = weights(g, 1, n, k, "blocked")
+    wb, sb, _ = weights(g, 1, n, k, "blocked")
+    x = exact(g, (m, k), dtype)
+    pa = nvfp4.pack(wa[0], sa, dtype=dtype, layout="blocked")
+    pb = nvfp4.pack(wb[0], sb, dtype=dtype, layout="blocked")
+    want = [nvfp4.gemm(x, None, wa[0], sa, layout="blocked", packed=pa)]
+    want.append(nvfp4.gemm(x, None, wb[0], sb, layout="blocked", packed=pb))
+    assert not torch.equal(want[0], want[1])
+    buf = torch.empty_like(pa)
+    outs = []
+    for i in range(20):
+        buf.copy_(pa if i % 2 == 0 else pb)
+        outs.append(nvfp4.gemm(x, None, wa[0], sa, layout="blocked", packed=buf))
+    torch.cuda.synchronize()
+    for i, o in enumerate(outs):
+        assert torch.equal(o.view(torch.int16), want[i % 2].view(torch.int16)), i
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_moe_packed_in_a_graph(g, dtype):
     e, n, k, t = 5, 260, 512, 90
     w, s, _ = weights(g, e, n, k, "blocked")

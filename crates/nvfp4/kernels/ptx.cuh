@@ -114,6 +114,11 @@ NVFP4_DEVICE u32 ld_nc_u8(const void* p) {
 // Brings the line holding p into L2 (no register, no wait).
 NVFP4_DEVICE void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
+// Brings `bytes` (a multiple of 16, 16-byte aligned) from `src` into L2 (no shared memory, no wait).
+NVFP4_DEVICE void bulk_prefetch_l2(const void* src, u32 bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+}
+
 // Load from L2, bypassing L1: data another CTA wrote during this launch (split-K partials).
 NVFP4_DEVICE float ld_cg_f32(const float* p) {
   float v;

@@ -117,7 +117,9 @@ NVFP4_DEVICE bool reduce_pieces(const typename S::Params& p, Consumer<C>& cs, co
   }
   // From global memory, straight into the accumulators (this piece's own partial read back too):
   // only the loads in flight of pieces 1.. need registers.
-  constexpr int CHUNK = C::WM * Cs::NACC <= 64 ? 8 : 4;
+  // (Never more quads than the thread holds: m256n16 has 4.)
+  constexpr int CHUNK_MAX = C::WM * Cs::NACC <= 64 ? 8 : 4, CHUNK = QUADS < CHUNK_MAX ? QUADS : CHUNK_MAX;
+  static_assert(QUADS % CHUNK == 0, "whole chunks");
 #pragma unroll
   for (int q = 0; q < QUADS; ++q) cs.set_quad(q, ptx::ld_cg_v4(ws.at(0) + Cs::quad_offset(q)));
 #pragma unroll 1

@@ -56,6 +56,21 @@ NVFP4_DEVICE u32 issue_w_scales(const Sm90MainloopArgs& pr, int part, bool count
   return (g1 - g0) * bytes;
 }
 
+// The first raw stages of the packed W of unit `u` (its first PREFETCH_STAGES, at most), asked
+// into L2 by one lane: for each 64-row group of the tile they are one contiguous run of chunks.
+template <class C, class S>
+NVFP4_DEVICE void prefetch_packed_w(const typename S::Params& p, const Unit& u) {
+  constexpr i32 PREFETCH_STAGES = 4;
+  const Sm90MainloopArgs& pr = S::problem(p, u).main;
+  const i32 rows = C::PARTS == 1 ? pr.w_rows : 16 * ((pr.w_rows + 7) / 8);
+  const i32 groups = (rows + PACK_ROWS - 1) / PACK_ROWS, stages = (pr.k + PACK_K - 1) / PACK_K;
+  const i32 g0 = u.tw * C::BM / PACK_ROWS, ng = max(0, min(C::BM / PACK_ROWS, groups - g0));
+  const i32 q0 = u.k0 / SUB, q1 = min((u.k1 + SUB - 1) / SUB, q0 + PREFETCH_STAGES);
+  for (i32 i = 0; i < ng; ++i)
+    ptx::bulk_prefetch_l2(pr.sf_w[0] + (((i64)u.l * groups + g0 + i) * stages + q0) * PACK_CHUNK,
+                          (u32)(q1 - q0) * PACK_CHUNK);
+}
+
 // W producer (warp 0): raw stages as far ahead as the W ring allows.
 // NOTE: W and X have their own producers. One warp walking both rings in lockstep was held back
 // by the X ring (5 sub-stages ahead), so the 8-deep W ring never filled and the consumers spent
@@ -66,6 +81,16 @@ NVFP4_DEVICE void producer_w(const typename S::Params& p, const Smem<C>& sm) {
   const u64 pol_w = ptx::policy_evict_first();  // W is streamed once
   Walk<S> w;
   w.start(p);
+  if constexpr (C::ACT != ACT_NVFP4) {
+    // A chained launch (programmatic dependent: the graph protocol, the Python operations) may
+    // start while the previous kernel on the stream still runs, and that kernel may have written
+    // these weights (a pack, a load): before `griddepcontrol.wait` only L2 prefetches, which
+    // cannot return stale data (L2 is where every write lands). Without the launch attribute the
+    // wait returns at once. (The W4A4 kernels' W is read after their pre-pass, which waited.)
+    if constexpr (C::PACKED)
+      if (leader && w.valid()) prefetch_packed_w<C, S>(p, w.cur);
+    ptx::wait_prerequisites();
+  }
   u32 n = 0;  // raw stages opened
   for (; w.valid(); w.advance(p)) {
     const Unit& u = w.cur;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::device::Keep;
 use super::family::Launch;
-use super::kernels::pdl_ready;
+use super::kernels::{pdl_ready, pdl_safe};
 use super::route::Route;
 use super::runtime::{Capture, Gpu, StreamHandle};
 use crate::Result;
@@ -56,6 +56,12 @@ impl BoundOp {
     /// dependent (its kernel is in [`PDL_READY`](super::kernels::PDL_READY)).
     pub fn chains(&self) -> bool {
         pdl_ready(self.launch.first_symbol())
+    }
+    /// True when its first kernel reads nothing before its wait ([`pdl_safe`]): then
+    /// [`BoundOp::launch_chained_on`] is safe on a stream whose previous kernel is anyone's,
+    /// whatever it wrote (a framework's kernels, a weight load, a pack).
+    pub fn chains_safely(&self) -> bool {
+        pdl_safe(self.launch.first_symbol())
     }
     /// True when a launch of it on a stream other than the backend's own was captured into a
     /// CUDA graph, which may read its memory for as long as the graph lives.

@@ -67,10 +67,13 @@ pub static PDL_READY: &[&str] = &[
     floors::READ_CONTIGUOUS8_SYMBOL,
 ];
 
-/// Modules whose every kernel is ready in the sense of [`PDL_READY`]: kernels/gemv.cu reads B and
-/// writes its output and split-K workspace only after the wait, kernels/gemv16.cu likewise its
-/// activation; kernels/gemm_small.cu waits first; the W4A16 GEMM and dual GEMM read only the
-/// weights before the wait (their X producer's).
+/// Modules whose every kernel is ready in the sense of [`PDL_READY`], and more: none reads or
+/// writes global memory before its `griddepcontrol.wait`, weights included, so it may be chained
+/// behind any kernel whatever that kernel writes ([`pdl_safe`]). kernels/gemv.cu and
+/// kernels/gemv16.cu wait before their first window (the MoE walker before its table);
+/// kernels/gemm_small.cu waits first; the W4A16 GEMM and dual GEMM only ask their first W stages
+/// into L2 before it (`prefetch_packed_w` in sm90/producer.cuh: a prefetch cannot return stale
+/// data).
 pub static PDL_READY_MODULES: &[&KernelModule] = &[
     &gemv::GEMV,
     &gemv16::GEMV16,
@@ -84,6 +87,14 @@ pub static PDL_READY_MODULES: &[&KernelModule] = &[
     &sm90::DUAL16P_BF16_SM90,
     &sm90::DUAL16P_F16_SM90,
 ];
+
+/// True when `symbol`'s kernel reads and writes nothing before its wait (its module is in
+/// [`PDL_READY_MODULES`]): chaining it is safe behind any kernel, even one that wrote its
+/// weights. The W4A4 GEMM's pre-pass is ready but not safe in this sense: it lets the main
+/// kernel read W before the pre-pass's own wait returns.
+pub fn pdl_safe(symbol: &str) -> bool {
+    PDL_READY_MODULES.iter().any(|m| m.symbols.contains(&symbol))
+}
 
 /// True when `symbol`'s kernel may be launched as a programmatic dependent (see [`PDL_READY`]).
 pub fn pdl_ready(symbol: &str) -> bool {
