@@ -31,7 +31,10 @@ def weight_sets(n, k):
     return sets
 
 
-def timed(sets, x):
+def captured(sets, x, calls=CALLS):
+    """A CUDA graph of `calls` gemm calls over the rotated weight sets, every set warmed (bound)
+    first on the capture's side stream."""
+
     def call(i):
         b, sb, pk = sets[i % len(sets)]
         return torch.ops.nvfp4.gemm(x, None, b, sb, 1.0, BF16, "blocked", pk)
@@ -44,8 +47,13 @@ def timed(sets, x):
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        for i in range(CALLS):
+        for i in range(calls):
             call(i)
+    return g
+
+
+def timed(sets, x):
+    g = captured(sets, x)
     g.replay()
     torch.cuda.synchronize()
     ts = []

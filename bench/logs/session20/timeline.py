@@ -18,26 +18,12 @@ if len(sys.argv) > 1 and sys.argv[1] == "--child":
     import nvfp4.torch  # noqa: F401
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "session19"))
-    from dense_ab import weight_sets  # noqa: E402
+    from dense_ab import captured, weight_sets  # noqa: E402
 
     m, n, k = (int(a) for a in sys.argv[2:5])
     sets = weight_sets(n, k)
     x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
-
-    def call(i):
-        b, sb, pk = sets[i % len(sets)]
-        return torch.ops.nvfp4.gemm(x, None, b, sb, 1.0, torch.bfloat16, "blocked", pk)
-
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for i in range(len(sets)):
-            call(i)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(12):
-            call(i)
+    g = captured(sets, x, 12)
     torch.cuda.synchronize()
     print("REPLAY", flush=True)
     g.replay()

@@ -19,9 +19,7 @@ NVFP4_DEVICE u32 scale_code(u32 s) {
 
 // The word bit that register `reg`, half `half` reads for code bit `b` (3: sign).
 NVFP4_DEVICE u32 fragment_bit(bool bf16, int reg, int half, int b) {
-  const int sign_rot[4] = {0, 3, 1, 2};
-  const int mag_rot[4] = {0, 3, 6, bf16 ? 13 : 9};
-  const int p = b == 3 ? 15 : (bf16 ? 6 : 9) + b, r = b == 3 ? sign_rot[reg] : mag_rot[reg];
+  const int p = b == 3 ? 15 : (bf16 ? 6 : 9) + b, r = sm90::PACK_ROT[bf16 ? 0 : 1][reg][b];
   return (u32)((p + 16 * half + 32 - r) % 32);
 }
 

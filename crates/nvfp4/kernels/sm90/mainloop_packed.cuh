@@ -2,7 +2,7 @@
 // (format/w16_pack.rs, sm90/decode_packed.cuh): a raw stage holds, per 64-row group of the tile,
 // one chunk of PACK_VALUES bytes of fragment words and PACK_SCALES bytes of scale words, so a
 // thread reads per sub-stage and m-tile one 16-byte word group (its 4 k16 steps) and one 8-byte
-// scale pair group, and decodes each step with 17 instructions per 8 weights.
+// scale pair group, and decodes each step with 15 instructions per 8 weights (bf16; f16 17).
 //
 // The pipeline is mainloop16's (the X ring, the W ring, NBUF fragment buffers); the stage slots
 // and their phases are carried from sub-stage to sub-stage instead of divided out of the running
@@ -34,6 +34,7 @@ NVFP4_DEVICE void mainloop_packed(Consumer<C>& cs, i32 cluster, const Smem<C>& s
     for (int i = 0; i < Cs::NACC; ++i) cs.acc[mt][i] = 0.f;
 
   constexpr int NBUF = C::WM == 1 && C::BN <= 128 ? 4 : 2;
+  const u32 exp_bits = wp::scale_exponent_bits();
   u32 frag[NBUF][C::WM][4];
   u32 prev_xs = 0;
   bool has_prev = false;
@@ -74,13 +75,13 @@ NVFP4_DEVICE void mainloop_packed(Consumer<C>& cs, i32 cluster, const Smem<C>& s
         const u32 w = j == 0 ? q[mt].x : j == 1 ? q[mt].y : j == 2 ? q[mt].z : q[mt].w;
         u32 s;
         if (j == 0)
-          s = wp::scale_pair<BF16, 0>(sw[mt]);
+          s = wp::scale_pair<BF16, 0>(sw[mt], exp_bits);
         else if (j == 1)
-          s = wp::scale_pair<BF16, 1>(sw[mt]);
+          s = wp::scale_pair<BF16, 1>(sw[mt], exp_bits);
         else if (j == 2)
-          s = wp::scale_pair<BF16, 2>(sw[mt]);
+          s = wp::scale_pair<BF16, 2>(sw[mt], exp_bits);
         else
-          s = wp::scale_pair<BF16, 3>(sw[mt]);
+          s = wp::scale_pair<BF16, 3>(sw[mt], exp_bits);
         wp::frags<BF16>(w, s, f[mt]);
       }
       ptx::wgmma_fence();

@@ -1,6 +1,8 @@
 //! The packed weight form of the W4A16 skeleton (kernels/sm90/decode_packed.cuh): an NVFP4
 //! weight `[L, rows, K]` rearranged once, at load, so that a consumer thread's shared-memory word
-//! is its wgmma A fragment and one rotate and mask give each fragment register.
+//! is its wgmma A fragment and one or two rotates and masks give each fragment register
+//! ([`FRAG_ROT`]). The layout belongs to this version of the library: an in-memory form to build
+//! at load, not to store.
 //!
 //! Layout: chunks of [`PACK_CHUNK`] bytes, `[L][G][S]` with G = ceil(rows / 64) row groups and
 //! S = ceil(K / 256) K stages (the skeleton's raw stage); rows and K past the tensor's are zero
@@ -50,27 +52,36 @@ impl PackAct {
             PackAct::F16 => 9,
         }
     }
-    /// The rotation of fragment register `reg`'s magnitudes (sign bits: `SIGN_ROT`).
-    fn magnitude_rot(self, reg: usize) -> u32 {
-        match (reg, self) {
-            (0, _) => 0,
-            (1, _) => 3,
-            (2, _) => 6,
-            (_, PackAct::Bf16) => 13,
-            (_, PackAct::F16) => 9,
+    /// Its index in [`FRAG_ROT`].
+    pub fn index(self) -> usize {
+        match self {
+            PackAct::Bf16 => 0,
+            PackAct::F16 => 1,
         }
     }
 }
 
-/// The rotation of fragment register `reg`'s sign bits.
-const SIGN_ROT: [u32; 4] = [0, 3, 1, 2];
+/// `FRAG_ROT[act][reg][b]`: the left rotation of the packed word that brings bit `b` of the
+/// codes of fragment register `reg` (b = 3: the sign, 2..0: e1, e0, m) to its place in the
+/// register, whose bits are then masked out (kernels/sm90/decode_packed.cuh):
+/// - bf16: a0 = q & M, a1 = rotl(q, 4) & M, a2 = rotl(q, 10) & M, a3 = rotl(q, 6) & (the m bits)
+///   | rotl(q, 14) & (the others): 4 rotates and 5 masks per word (the fewest of any layout with
+///   three one-mask registers; found by exhaustive search);
+/// - f16 (magnitudes at bits 11..9, where no layout of that shape exists): a1 = rotl(q, 3) & M,
+///   a2 = rotl(q, 1) & S | rotl(q, 6) & G, a3 = rotl(q, 2) & S | rotl(q, 9) & G: 5 and 6.
+///
+/// The kernels' generated header carries this table (`sm90::PACK_ROT`) to the device packer.
+pub const FRAG_ROT: [[[u32; 4]; 4]; 2] = [
+    [[0, 0, 0, 0], [4, 4, 4, 4], [10, 10, 10, 10], [6, 14, 14, 14]],
+    [[0, 0, 0, 0], [3, 3, 3, 3], [6, 6, 6, 1], [9, 9, 9, 2]],
+];
 
 /// The bit of the packed word that register `reg` (0..4) reads at bit `bit` of its half `half`
 /// (0: even k, 1: odd k), for the code's bit `code_bit` (3: sign, 2..0: e1, e0, m): the
-/// register is `rotl(q, r) & mask`, so its bit p is the word's bit (p - r) mod 32.
+/// register's bit p is the word's bit (p - r) mod 32 for the rotation r of [`FRAG_ROT`].
 pub fn fragment_bit(act: PackAct, reg: usize, half: usize, code_bit: u32) -> u32 {
-    let (p, r) =
-        if code_bit == 3 { (15, SIGN_ROT[reg]) } else { (act.magnitude_bit() + code_bit, act.magnitude_rot(reg)) };
+    let p = if code_bit == 3 { 15 } else { act.magnitude_bit() + code_bit };
+    let r = FRAG_ROT[act.index()][reg][code_bit as usize];
     (p + 16 * half as u32 + 32 - r) % 32
 }
 

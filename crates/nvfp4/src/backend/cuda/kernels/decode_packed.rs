@@ -14,7 +14,7 @@ fn rotl(x: u32, r: u32) -> u32 {
     x.rotate_left(r)
 }
 
-/// `scale_pair<BF16, J>`.
+/// `scale_pair<BF16, J>` (its `exp_bits` 0x70007000).
 fn scale_pair(act: PackAct, w: [u32; 2], j: usize) -> u32 {
     let x = w[j / 2];
     match act {
@@ -41,9 +41,15 @@ fn hmul_lanes(act: PackAct, a: u32, s: u32, h: u32) -> [f32; 2] {
 fn frags(act: PackAct, q: u32, s: u32) -> [[f32; 2]; 4] {
     let (sign, mag) = (0x8000_8000u32, if act == PackAct::Bf16 { 0x01C0_01C0u32 } else { 0x0E00_0E00 });
     let m = sign | mag;
-    let r3 = if act == PackAct::Bf16 { 13 } else { 9 };
-    let a =
-        [q & m, rotl(q, 3) & m, (rotl(q, 1) & sign) | (rotl(q, 6) & mag), (rotl(q, 2) & sign) | (rotl(q, r3) & mag)];
+    let a = match act {
+        PackAct::Bf16 => {
+            let low = 0x0040_0040;
+            [q & m, rotl(q, 4) & m, rotl(q, 10) & m, (rotl(q, 6) & low) | (rotl(q, 14) & (m & !low))]
+        }
+        PackAct::F16 => {
+            [q & m, rotl(q, 3) & m, (rotl(q, 1) & sign) | (rotl(q, 6) & mag), (rotl(q, 2) & sign) | (rotl(q, 9) & mag)]
+        }
+    };
     [hmul_lanes(act, a[0], s, 0), hmul_lanes(act, a[1], s, 1), hmul_lanes(act, a[2], s, 0), hmul_lanes(act, a[3], s, 1)]
 }
 

@@ -286,6 +286,8 @@ mod tests {
             "template <> struct Layout<2, 128, 256, false>",
             "template <> struct Layout<1, 256, 16, true>",
             "constexpr int THREADS = 384;",
+            "constexpr int PACK_ROT[2][4][4] = {{{0, 0, 0, 0}, {4, 4, 4, 4}, {10, 10, 10, 10}, {6, 14, 14, 14}}, \
+             {{0, 0, 0, 0}, {3, 3, 3, 3}, {6, 6, 6, 1}, {9, 9, 9, 2}}};",
             "namespace quant {\nconstexpr int THREADS = 256;",
             "i32 reverse;",
             "\n#define NVFP4_SM90_VARIANTS(X) X(256, 16) X(256, 32) X(256, 64) X(256, 128) X(128, 128) X(128, 256)\n",

@@ -8,7 +8,7 @@ use std::fmt::Write;
 
 use super::module::KernelModule;
 use crate::backend::cuda::runtime::{kernel_struct, TmaMap};
-use crate::format::w16_pack::{PACK_CHUNK, PACK_K, PACK_ROWS, PACK_SCALES, PACK_VALUES};
+use crate::format::w16_pack::{FRAG_ROT, PACK_CHUNK, PACK_K, PACK_ROWS, PACK_SCALES, PACK_VALUES};
 use crate::format::{OutputDtype, PackAct, ScaleLayout};
 
 /// Threads per CTA: a producer warpgroup (a W warp and an X thread issue the TMA) and two
@@ -572,6 +572,10 @@ pub fn cuda_sizes() -> String {
         let _ = writeln!(s, "constexpr int {name} = {v};");
     }
     let _ = writeln!(s, "constexpr double DECODE_BIAS = {DECODE_BIAS:?};");
+    // The packed form's rotations (format/w16_pack.rs, FRAG_ROT): [act][fragment register][code bit].
+    let rows = |t: &[[u32; 4]; 4]| t.map(|r| format!("{{{}, {}, {}, {}}}", r[0], r[1], r[2], r[3])).join(", ");
+    let _ =
+        writeln!(s, "constexpr int PACK_ROT[2][4][4] = {{{{{}}}, {{{}}}}};", rows(&FRAG_ROT[0]), rows(&FRAG_ROT[1]));
     s += "\n// The shared-memory carve-up of each variant (backend/cuda/kernels/sm90.rs, Variant::layout).\n";
     s += "template <int PARTS, int BM, int BN, bool W16>\nstruct Layout;\n";
     // One carve-up per operand count and X kind (W16: a 16-bit activation): the grouped GEMM's
