@@ -8,11 +8,15 @@ environment's (NVFP4_KERNELS_DIR, NVFP4_GEMM_SM90), one process per setting.
   python dense_ab.py ncu N K M             four calls on one weight set (for `ncu -s 3 -c 1`)
   python dense_ab.py check N K M           one call against a float64 reference of the same data
 """
+import os
 import sys
 
 import torch
 import nvfp4
 import nvfp4.torch  # noqa: F401
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "session16"))
+from moe_time import replay_median_us  # noqa: E402 (session 16's timing loop)
 
 BF16 = torch.bfloat16
 SHAPES = [(8192, 8192), (7168, 16384), (4096, 7168), (7168, 2048)]
@@ -56,16 +60,7 @@ def timed(sets, x):
     g = captured(sets, x)
     g.replay()
     torch.cuda.synchronize()
-    ts = []
-    for _ in range(15):
-        a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        z.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(z) * 1000 / CALLS)
-    ts.sort()
-    return ts[len(ts) // 2]
+    return replay_median_us(g, CALLS, 15)
 
 
 def main(label, ms):

@@ -56,19 +56,31 @@ NVFP4_DEVICE u32 issue_w_scales(const Sm90MainloopArgs& pr, int part, bool count
   return (g1 - g0) * bytes;
 }
 
+// The packed W of unit `u`'s tile: its 64-row groups that exist (`ng` from `g0`), each a run of
+// chunks along K. A dual GEMM's pair is one packed operand of 16 rows per 8 output rows: its tile
+// is BM packed rows.
+struct PackedTile {
+  const u8* w;
+  i32 groups, stages, g0, ng, l;
+  // The chunk of the tile's group i at raw stage q.
+  NVFP4_DEVICE const u8* chunk(i32 i, i32 q) const { return w + (((i64)l * groups + g0 + i) * stages + q) * PACK_CHUNK; }
+};
+
+template <class C>
+NVFP4_DEVICE PackedTile packed_tile(const Sm90MainloopArgs& pr, const Unit& u) {
+  const i32 rows = C::PARTS == 1 ? pr.w_rows : 16 * ((pr.w_rows + 7) / 8);
+  const i32 groups = (rows + PACK_ROWS - 1) / PACK_ROWS, g0 = u.tw * C::BM / PACK_ROWS;
+  return {pr.sf_w[0], groups, (pr.k + PACK_K - 1) / PACK_K, g0, max(0, min(C::BM / PACK_ROWS, groups - g0)), u.l};
+}
+
 // The first raw stages of the packed W of unit `u` (its first PREFETCH_STAGES, at most), asked
 // into L2 by one lane: for each 64-row group of the tile they are one contiguous run of chunks.
 template <class C, class S>
 NVFP4_DEVICE void prefetch_packed_w(const typename S::Params& p, const Unit& u) {
   constexpr i32 PREFETCH_STAGES = 4;
-  const Sm90MainloopArgs& pr = S::problem(p, u).main;
-  const i32 rows = C::PARTS == 1 ? pr.w_rows : 16 * ((pr.w_rows + 7) / 8);
-  const i32 groups = (rows + PACK_ROWS - 1) / PACK_ROWS, stages = (pr.k + PACK_K - 1) / PACK_K;
-  const i32 g0 = u.tw * C::BM / PACK_ROWS, ng = max(0, min(C::BM / PACK_ROWS, groups - g0));
+  const PackedTile t = packed_tile<C>(S::problem(p, u).main, u);
   const i32 q0 = u.k0 / SUB, q1 = min((u.k1 + SUB - 1) / SUB, q0 + PREFETCH_STAGES);
-  for (i32 i = 0; i < ng; ++i)
-    ptx::bulk_prefetch_l2(pr.sf_w[0] + (((i64)u.l * groups + g0 + i) * stages + q0) * PACK_CHUNK,
-                          (u32)(q1 - q0) * PACK_CHUNK);
+  for (i32 i = 0; i < t.ng; ++i) ptx::bulk_prefetch_l2(t.chunk(i, q0), (u32)(q1 - q0) * PACK_CHUNK);
 }
 
 // W producer (warp 0): raw stages as far ahead as the W ring allows.
@@ -100,16 +112,12 @@ NVFP4_DEVICE void producer_w(const typename S::Params& p, const Smem<C>& sm) {
     if (n >= (u32)C::RAW_STAGES) ptx::mbar_wait(sm.empty_w(s), ((n / C::RAW_STAGES) - 1) & 1);
     const i32 q = w.kk / SUB, row0 = u.tw * C::PART_ROWS;
     if (C::PACKED) {
-      // The packed form: the tile's 64-row groups that exist, one chunk each. A dual GEMM's
-      // pair is one packed operand of 16 rows per 8 output rows: its tile is BM packed rows.
+      // The packed form: the tile's 64-row groups that exist, one chunk each.
       if (leader) {
-        const i32 rows = C::PARTS == 1 ? pr.w_rows : 16 * ((pr.w_rows + 7) / 8);
-        const i32 groups = (rows + PACK_ROWS - 1) / PACK_ROWS, stages = (pr.k + PACK_K - 1) / PACK_K;
-        const i32 g0 = u.tw * C::BM / PACK_ROWS, ng = max(0, min(C::BM / PACK_ROWS, groups - g0));
-        ptx::mbar_arrive_expect_tx(sm.full_w(s), (u32)ng * PACK_CHUNK);
-        for (i32 i = 0; i < ng; ++i)
-          ptx::bulk_load(sm.raw_w(s) + i * PACK_CHUNK, pr.sf_w[0] + (((i64)u.l * groups + g0 + i) * stages + q) * PACK_CHUNK,
-                         PACK_CHUNK, sm.full_w(s), pol_w);
+        const PackedTile t = packed_tile<C>(pr, u);
+        ptx::mbar_arrive_expect_tx(sm.full_w(s), (u32)t.ng * PACK_CHUNK);
+        for (i32 i = 0; i < t.ng; ++i)
+          ptx::bulk_load(sm.raw_w(s) + i * PACK_CHUNK, t.chunk(i, q), PACK_CHUNK, sm.full_w(s), pol_w);
       } else {
         ptx::mbar_arrive(sm.full_w(s));
       }
