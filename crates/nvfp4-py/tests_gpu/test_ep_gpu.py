@@ -2,10 +2,10 @@
 ``tests/ep_spawn.py``): each rank's outputs against the one-GPU ``MoE`` holding every expert, both
 modes, both forms, and the capacity form captured in a CUDA graph and replayed with new tokens.
 
-What bit-identity means on the GPU: the grouped GEMM deals its k-steps stream-K over the whole
-launch and picks its tile from T, so where its float32 sums round, a row's bits can depend on
-the other rows of the launch (the one-GPU layer's own outputs depend on the batch likewise). The
-expert-parallel layer runs other launches (each rank's received rows), so:
+What bit-identity means on the GPU: the grouped GEMM shares its tiles and k-steps among its CTAs
+over the whole launch and picks its tile from T, so where its float32 sums round, a row's bits
+can depend on the other rows of the launch (the one-GPU layer's own outputs depend on the batch
+likewise). The expert-parallel layer runs other launches (each rank's received rows), so:
 
 - on exact-tier data (every GEMM sum exact in float32 in any order: the layer's weights and tokens
   below are built so), the outputs must be the one-GPU layer's bits, eager and replayed; that the

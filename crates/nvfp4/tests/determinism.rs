@@ -95,6 +95,20 @@ fn grouped_gemm_bench_shapes_repeat_bit_identically() {
     bench_shapes_repeat(ProblemKind::GroupedGemm);
 }
 
+/// A MoE launch of more than two waves of prefill tiles: whole waves dealt round robin, the rest
+/// stream-K pieces summed across CTAs (sm90/grouped.cuh), empty experts among the routed ones.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn moe_of_whole_waves_repeats_bit_identically() {
+    let b = gpu();
+    let counts = vec![0, 300, 129, 1, 0, 511, 257, 128, 64, 400, 0, 350, 200, 97];
+    let p = generate(&nvfp4::problem::Shape::Moe { n: 4100, k: 320, counts }, 4400).unwrap();
+    let reference = p.run(&CpuBackend).unwrap();
+    let cfg = repeat(&b, &p, &reference, "moe of whole waves");
+    assert!(cfg.contains("whole waves dealt"), "{cfg}");
+    println!("ok moe of whole waves x{LAUNCHES}: {cfg}");
+}
+
 /// Every benchmark shape of `kind`, [`LAUNCHES`] times under its automatic configuration and under
 /// each of `schedules` forced for skeleton operation `op`; the forced ones must change the launch.
 fn schedules_repeat(kind: ProblemKind, op: Op, schedules: &[&str]) {

@@ -25,9 +25,10 @@ One call:
 
 Each step computes a row from that row alone, and the combine is ``MoE``'s, so the outputs are
 ``MoE``'s bits whatever the split and whatever the other ranks' tokens, with one limit on the GPU:
-there the grouped GEMM shares its k-steps stream-K over the whole launch and picks its tile from
-the launch's row count, so where its float32 sums round, a row's last bits follow the rows it is
-launched with (the one-GPU layer's outputs for a token likewise depend on the batch it came in).
+there the grouped GEMM shares its tiles and k-steps among its CTAs over the whole launch and picks
+its tile from the launch's row count, so where its float32 sums round, a row's last bits follow
+the rows it is launched with (the one-GPU layer's outputs for a token likewise depend on the batch
+it came in).
 A rank's launch holds other rows than the one-GPU layer's, so on the GPU the outputs are its bits
 where the sums are exact in float32 (``tests_gpu/test_ep_gpu``'s exact-tier data) and otherwise
 within the roundings' own tolerance (each of the three roundings at most one ulp apart). On the

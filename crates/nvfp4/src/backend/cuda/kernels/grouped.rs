@@ -65,7 +65,8 @@ kernel_struct! {
         moe_rows: i32 => "i32",
         moe_tiles_w: i32 => "i32",
         moe_k_iters: i32 => "i32",
-        pad: i32 => "i32",
+        /// 1: whole waves of tile groups may be dealt round robin before the stream-K share
+        deal: i32 => "i32",
     }
 }
 

@@ -142,6 +142,7 @@ pub(crate) fn bind_grouped(
         max_units: to_i32(plan.max_units, "work table entries")?,
         slots: to_i32(plan.grid, "CTAs")?,
         bn: v.bn as i32,
+        deal: plan.deals() as i32,
         ..GroupedBuild::default()
     };
     // The X of one product `[1, rows, K]`: decoded by the pre-pass into the next of its scratch
