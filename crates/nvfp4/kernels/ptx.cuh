@@ -594,6 +594,14 @@ NVFP4_DEVICE void st_cg_v4(float* p, float4 v) {
                : "memory");
 }
 
+// The transpose of an 8 x 8 matrix of 16-bit elements that the warp holds one pair per lane (lane
+// l: row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1, the first in the low half), in that layout.
+NVFP4_DEVICE u32 movmatrix_trans(u32 a) {
+  u32 d;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(d) : "r"(a));
+  return d;
+}
+
 // Two f32 to an f16x2 (lo in the low half), each rounded to nearest even.
 NVFP4_DEVICE u32 f32x2_to_f16x2_rn(float lo, float hi) {
   u32 d;
