@@ -59,8 +59,8 @@ NVFP4_DEVICE Segment segment_of(const GroupedBuild& b, i32 s) {
   return r;
 }
 
-// The segment holding tile group t (the last one starting at or before it: segments without
-// rows start where the next one does) and t's index in it.
+// The segment holding tile group t: the last one starting at or before it (segments without
+// rows start where the next one does).
 NVFP4_DEVICE i32 segment_holding(const i32* tg_start, i32 n, i32 t) {
   i32 lo = 0, hi = n - 1;
   while (lo < hi) {
@@ -210,7 +210,7 @@ NVFP4_DEVICE void build_units(const GroupedBuild& b) {
   for (i32 c = tid; c <= b.slots; c += THREADS) b.slot_first[c] = (i32)min(c * dp + b.slot_first[c], (i64)b.max_units);
 }
 
-// The scheduler of a grouped launch: CTA c walks pieces [slot_first[c], slot_first[c + 1]).
+// The scheduler of a grouped launch: CTA c walks entries [slot_first[c], slot_first[c + 1]).
 struct Grouped {
   using Params = Sm90GroupedParams;
   static constexpr bool TABLE_ON_DEVICE = true;
