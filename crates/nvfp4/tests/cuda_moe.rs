@@ -16,7 +16,7 @@ use nvfp4::problem::{generate, ProblemKind, Shape};
 use nvfp4::{Backend, CpuBackend, Error, F16Tensor, MoeAlpha, MoeGemm, Problem, ScaleLayout};
 
 mod common;
-use common::{check_against, gpu};
+use common::{check_against, gpu, WAVE_COUNTS, WAVE_NK};
 
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
@@ -94,10 +94,6 @@ fn moe_prefill_of_a_real_model_is_bit_exact() {
     }
 }
 
-/// Tokens per expert of a launch of whole waves: 25 X tiles of 128 rows, so 425 tile groups of
-/// m256n128 on N = 4100 (17 W tiles, the last partial), empty experts among them.
-const WAVE_COUNTS: [usize; 14] = [0, 300, 129, 1, 0, 511, 257, 128, 64, 400, 0, 350, 200, 97];
-
 /// A MoE launch of more than two waves of tile groups on the GPU's SMs: the table deals whole
 /// waves round robin and shares the rest as stream-K pieces (sm90/grouped.cuh). Every routed row
 /// bit-identical (poisoned output, two launches), both scale layouts.
@@ -105,7 +101,7 @@ const WAVE_COUNTS: [usize; 14] = [0, 300, 129, 1, 0, 511, 257, 128, 64, 400, 0, 
 #[ignore = "needs an NVIDIA GPU"]
 fn moe_launch_of_whole_waves_is_bit_exact() {
     let b = gpu();
-    let (n, k): (usize, usize) = (4100, 320);
+    let (n, k) = WAVE_NK;
     let x_tiles: usize = WAVE_COUNTS.iter().map(|c| c.div_ceil(128)).sum();
     assert!(n.div_ceil(256) * x_tiles >= 3 * 132, "at least two whole waves and a stream-K remainder");
     let p = generate(&Shape::Moe { n, k, counts: WAVE_COUNTS.to_vec() }, 13).unwrap();

@@ -27,7 +27,7 @@ use nvfp4::{
 };
 
 mod common;
-use common::{gpu, with_forced, MOE_GEMV};
+use common::{gpu, with_forced, MOE_GEMV, WAVE_COUNTS, WAVE_NK};
 
 // The mma.sync fallback's shapes (cuda_w4a16/fallback.rs).
 #[path = "cuda_w4a16/fallback.rs"]
@@ -358,9 +358,9 @@ fn shapes() -> Vec<Shape> {
         Shape::Moe { n: 130, k: 896, counts: vec![0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0] },
         Shape::Moe { n: 130, k: 800, counts: vec![0, 1, 8, 9, 0, 17, 2, 0, 0, 1, 0, 3, 0, 0, 0, 0, 0, 1, 0, 0] },
         Shape::Moe { n: 300, k: 6176, counts: vec![8, 0, 3, 9, 0, 0, 0, 1] },
-        // More than two waves of m256n128 tile groups (17 W tiles x 25 X tiles): whole waves dealt
-        // round robin, the rest stream-K pieces.
-        Shape::Moe { n: 4100, k: 320, counts: vec![0, 300, 129, 1, 0, 511, 257, 128, 64, 400, 0, 350, 200, 97] },
+        // More than two waves of m256n128 tile groups: whole waves dealt round robin, the rest
+        // stream-K pieces.
+        Shape::Moe { n: WAVE_NK.0, k: WAVE_NK.1, counts: WAVE_COUNTS.to_vec() },
     ]
 }
 

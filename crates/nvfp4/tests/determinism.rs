@@ -16,7 +16,7 @@ use nvfp4::problem::{bench_shapes, generate, test_shapes};
 use nvfp4::{Backend, CpuBackend, Error, Output, Problem, ProblemKind};
 
 mod common;
-use common::gpu;
+use common::{gpu, WAVE_COUNTS, WAVE_NK};
 
 /// Launches per prepared problem.
 const LAUNCHES: usize = 100;
@@ -101,8 +101,8 @@ fn grouped_gemm_bench_shapes_repeat_bit_identically() {
 #[ignore = "needs an NVIDIA GPU"]
 fn moe_of_whole_waves_repeats_bit_identically() {
     let b = gpu();
-    let counts = vec![0, 300, 129, 1, 0, 511, 257, 128, 64, 400, 0, 350, 200, 97];
-    let p = generate(&nvfp4::problem::Shape::Moe { n: 4100, k: 320, counts }, 4400).unwrap();
+    let (n, k) = WAVE_NK;
+    let p = generate(&nvfp4::problem::Shape::Moe { n, k, counts: WAVE_COUNTS.to_vec() }, 4400).unwrap();
     let reference = p.run(&CpuBackend).unwrap();
     let cfg = repeat(&b, &p, &reference, "moe of whole waves");
     assert!(cfg.contains("whole waves dealt"), "{cfg}");

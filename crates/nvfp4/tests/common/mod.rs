@@ -46,6 +46,16 @@ pub fn check(b: &CudaBackend, p: &Problem, mode: Mode, launches: usize, what: &s
     check_against(b, p, &p.run(&CpuBackend).unwrap(), mode, launches, what)
 }
 
+/// A MoE routing of more than two waves of prefill tiles on an H100's or H200's 132 SMs, with N
+/// = 4100 and K = 320: 25 X tiles of 128 rows by 17 W tiles of 256 (the last partial) make 425
+/// tile groups of m256n128, so the grouped launch deals two whole waves round robin and shares
+/// the rest as stream-K pieces (sm90/grouped.cuh); empty experts among the routed ones.
+#[allow(dead_code)] // not every test binary launches it
+pub const WAVE_COUNTS: [usize; 14] = [0, 300, 129, 1, 0, 511, 257, 128, 64, 400, 0, 350, 200, 97];
+/// N and K of [`WAVE_COUNTS`]'s launch.
+#[allow(dead_code)]
+pub const WAVE_NK: (usize, usize) = (4100, 320);
+
 /// The forced choice of [`with_forced`] that sends every MoE form the GEMV's `_moe` kernels can
 /// read to them (`NVFP4_MOE_GEMV=on`), whatever its rows per expert.
 #[allow(dead_code)] // not every test binary forces it
