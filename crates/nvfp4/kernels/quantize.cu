@@ -11,12 +11,18 @@
 //   index) + (0 NaN, 1 +inf, 2 -inf) into the word `first_bad`, which the host's opt-in check
 //   sets to all ones before the launch and reads back after it.
 //
-// Two kernels per input type (f32, f16, bf16):
+// Three kernels per input type (f32, f16, bf16):
 // - quantize_amax_*: the tensor's amax over its finite elements as u32 bits (non-negative floats
 //   order as integers) with one atomicMax per warp, into a word zeroed before.
 // - quantize_nvfp4_*: one thread per 16-block and tile of THREADS blocks, a grid of one wave
 //   striding over the tiles, the next tile's loads in flight while this one is quantized: 8 bytes
 //   of packed values and one scale byte per block (plain or blocked layout, SPEC §2).
+// - quantize_dequant_*: the same codes, written back as 16-bit numbers e2m1 * e4m3 (without the
+//   global scale; bf16, or f16 for f16 input): a W4A4 GEMM's activations as the W4A16 kernels
+//   read them. Each such product is exact in f32 (SPEC §8), so the W4A16 GEMM of them with
+//   alpha = global * the weight's global computes the W4A4 product (SPEC §3). Four threads per
+//   16-block (the blocks of a decode-sized x are few: one thread each left the pass
+//   latency-bound).
 //
 // The e2m1 code of x / s without dividing (the fast path, e2m1_step below): y = |x| * rcp(s) is
 // within 3 units in the last place of the CPU's quotient, so it gives the CPU's code unless that
@@ -320,6 +326,104 @@ NVFP4_DEVICE void quantize_kernel(const QuantizeParams& p) {
   }
 }
 
+// ---- The dequantizing pass: four threads per 16-block, four elements each ------------------------
+
+// The value of e2m1 code `c` (sign at bit 3; higher bits ignored) times `s`, exactly: c's
+// magnitude bits shifted to bits 22..24 of an f32 read as e2m1 * 2^-126 (codes 0 and 1 land on
+// the f32 subnormals, spaced as E2M1's: the grid of e2m1_step's z), so two exact products give
+// e2m1 * s (a NaN s gives NaN).
+NVFP4_DEVICE float e2m1_times(u32 c, float s) {
+  const float z = __uint_as_float((c & 7u) << 22 | (c & 8u) << 28);
+  return __fmul_rn(__fmul_rn(z, 0x1p126f), s);
+}
+
+// Elements 4q .. 4q+3 of a 16-block (q: the thread's place in its quad) as raw words: 2 (16-bit
+// input) or 4 (f32) of them, read by `In::at` as elements 0..3.
+template <class In, int BYTES>
+NVFP4_DEVICE void load_quarter(const void* p, u32* w, u64 pol) {
+  if constexpr (BYTES == 4) {
+    const uint4 v = ptx::ld_stream_l1_v4(p, pol);
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+  } else {
+    const uint2 v = *(const uint2*)p;  // 8 bytes: the 16-byte stream load would read two quarters
+    w[0] = v.x, w[1] = v.y;
+  }
+}
+
+// Quarter q of block b (raw words w) quantized as quantize_block does the whole block, the quad's
+// four threads together (the amax over the block by two shuffles; the same scale and the same
+// per-element codes), then written back as four e2m1 * e4m3 in Out: 8 bytes at
+// p.dequant + 32 * b + 8 * q. A block holding a NaN or an infinity is 16 NaNs (its scale is the
+// e4m3 NaN). Every thread of the warp calls this (the shuffles); `live` marks real quarters.
+template <class In, bool BF16_OUT>
+NVFP4_DEVICE void dequant_quarter(const QuantizeParams& p, float g, i64 b, int q, const u32* w, bool live) {
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) amax = ptx::fmax_nan(amax, fabsf(In::at(w, i)));
+  amax = ptx::fmax_nan(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+  amax = ptx::fmax_nan(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
+  if (!live) return;
+  const bool finite = amax <= F32_MAX;
+  if (!finite) {  // rare: this quarter's first NaN or infinity, if it holds one
+    u64 first = ~0ull;
+#pragma unroll
+    for (int i = 3; i >= 0; --i) {
+      const float v = In::at(w, i);
+      if (!(fabsf(v) <= F32_MAX)) first = (u64)(b * 16 + 4 * q + i) * 4 + (v != v ? 0 : v > 0.0f ? 1 : 2);
+    }
+    if (first != ~0ull) atomicMin(p.first_bad, first);
+  }
+  const u32 sc = finite ? e4m3_code(__fdiv_rn(__fdiv_rn(amax, 6.0f), g)) : 0x7Fu;
+  const float s = __fmul_rn(e4m3_value(sc), g);
+  u32 codes[4] = {0u, 0u, 0u, 0u};  // s == 0 or NaN: all +0
+  if (s >= FAST_S_MIN && s <= FAST_S_MAX) {
+    const float r = __frcp_rn(s);
+    const bool clamp = !(__fmul_rn(amax, r) < 7.0f);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      bool near = false;
+      const u32 t = clamp ? e2m1_step<true>(In::at(w, i), r, near) : e2m1_step<false>(In::at(w, i), r, near);
+      codes[i] = near ? e2m1_code(__fdiv_rn(In::at(w, i), s)) : t >> 28;
+    }
+  } else if (s > 0.0f && isfinite(s)) {  // rare: an extreme scale
+#pragma unroll
+    for (int i = 0; i < 4; ++i) codes[i] = e2m1_code(__fdiv_rn(In::at(w, i), s));
+  }
+  const float e = e4m3_value(sc);
+  const float v0 = e2m1_times(codes[0], e), v1 = e2m1_times(codes[1], e);
+  const float v2 = e2m1_times(codes[2], e), v3 = e2m1_times(codes[3], e);
+  const uint2 out = BF16_OUT ? make_uint2(ptx::f32x2_to_bf16x2_rn(v0, v1), ptx::f32x2_to_bf16x2_rn(v2, v3))
+                             : make_uint2(ptx::f32x2_to_f16x2_rn(v0, v1), ptx::f32x2_to_f16x2_rn(v2, v3));
+  *(uint2*)((u8*)p.dequant + b * 32 + q * 8) = out;
+}
+
+// A grid of one wave striding over the quarters, the next quarter's load in flight while this one
+// is done. Launched as a programmatic dependent: it lets the GEMM after it launch first (that
+// GEMM's setup and weight prefetch then overlap the kernel before this one), then waits before it
+// reads x (or the amax word). The GEMM's own wait returns only once this grid has completed,
+// which is after the kernel before it: every read and write stays ordered.
+template <class In, int BYTES, bool BF16_OUT>
+NVFP4_DEVICE void dequant_kernel(const QuantizeParams& p) {
+  ptx::launch_dependents();
+  ptx::wait_prerequisites();
+  const float g = global_scale(p);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *p.global_out = g;
+  const u64 pol = ptx::policy_evict_first();
+  const i64 quarters = p.blocks * 4, step = (i64)gridDim.x * THREADS;
+  // Whole warps iterate together (the shuffles need every lane); a lane past the end idles.
+  const i64 start = (i64)blockIdx.x * THREADS + threadIdx.x;
+  const i64 rounds = (quarters - (i64)blockIdx.x * THREADS + step - 1) / step;
+  u32 w[4], wn[4];
+  if (start < quarters) load_quarter<In, BYTES>((const u8*)p.x + start * 4 * BYTES, w, pol);
+  for (i64 t = 0, i = start; t < rounds; ++t, i += step) {
+    const i64 next = i + step;
+    if (next < quarters) load_quarter<In, BYTES>((const u8*)p.x + next * 4 * BYTES, wn, pol);
+    dequant_quarter<In, BF16_OUT>(p, g, i / 4, (int)(i % 4), w, i < quarters);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[k] = wn[k];
+  }
+}
+
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(THREADS) quantize_amax_f32(const __grid_constant__ QuantizeParams p) {
@@ -339,4 +443,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) quantize_nvfp4_f16(const _
 }
 extern "C" __global__ void __launch_bounds__(THREADS) quantize_nvfp4_bf16(const __grid_constant__ QuantizeParams p) {
   quantize_kernel<Bf16In, 2>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) quantize_dequant_f32(const __grid_constant__ QuantizeParams p) {
+  dequant_kernel<F32In, 4, true>(p);
+}
+extern "C" __global__ void __launch_bounds__(THREADS) quantize_dequant_f16(const __grid_constant__ QuantizeParams p) {
+  dequant_kernel<F16In, 2, false>(p);
+}
+extern "C" __global__ void __launch_bounds__(THREADS) quantize_dequant_bf16(const __grid_constant__ QuantizeParams p) {
+  dequant_kernel<Bf16In, 2, true>(p);
 }

@@ -20,7 +20,8 @@ use half::{bf16, f16};
 use nvfp4::backend::cuda::{self, CudaBackend, DenseBytes, DenseType, JobGlobal};
 use nvfp4::bench::quantize::first_difference;
 use nvfp4::format::{
-    e4m3_to_f32, f32_to_e4m3, quantize, quantize_nan_blocks, GlobalScale, Nvfp4Tensor, ScaleLayout, NAN_SCALE,
+    e2m1_to_f32, e4m3_to_f32, f32_to_e4m3, quantize, quantize_nan_blocks, GlobalScale, Nvfp4Tensor, ScaleLayout,
+    NAN_SCALE,
 };
 use nvfp4::problem::Rng;
 use nvfp4::Error;
@@ -62,10 +63,21 @@ fn same_as_cpu(
         JobGlobal::Auto => GlobalScale::Auto,
         JobGlobal::Value(g) | JobGlobal::Device(g) => GlobalScale::Fixed(g),
     };
-    let want = quantize_nan_blocks(x, l, rows, k, cpu_global).unwrap().into_layout(layout);
+    let plain = quantize_nan_blocks(x, l, rows, k, cpu_global).unwrap();
+    let want_dequant = dequantized_bits(&plain, dtype.dequant_type());
+    let want = plain.into_layout(layout);
     let bytes = bytes_of(x, dtype);
     let mut job = b.prepare_quantize(DenseBytes { dtype, bytes: &bytes, shape }, global, layout).unwrap();
     for launch in 0..2 {
+        job.poison().unwrap();
+        job.launch_dequant().unwrap();
+        let got = job.dequant_output().unwrap();
+        same_dequant(
+            &got,
+            &want_dequant,
+            dtype.dequant_type(),
+            &format!("{what} dequant ({dtype:?}, {shape:?}, {global:?}), launch {launch}"),
+        );
         job.poison().unwrap();
         job.launch().unwrap();
         let got = job.output().unwrap();
@@ -74,6 +86,42 @@ fn same_as_cpu(
         }
     }
     job.output().unwrap()
+}
+
+/// The CPU's expectation of the dequantizing pass (plain scales): every element's e2m1 * e4m3
+/// (without the global scale; exact in f32) as `ty`'s bits.
+fn dequantized_bits(q: &Nvfp4Tensor, ty: DenseType) -> Vec<u16> {
+    let (values, scales) = (q.values(), q.scales());
+    (0..values.len() * 2)
+        .map(|i| {
+            let code = (values[i / 2] >> (4 * (i % 2))) & 0xF;
+            let v = e2m1_to_f32(code) * e4m3_to_f32(scales[i / 16]);
+            match ty {
+                DenseType::F16 => f16::from_f32(v).to_bits(),
+                _ => bf16::from_f32(v).to_bits(),
+            }
+        })
+        .collect()
+}
+
+/// Asserts the dequantizing pass's bytes equal `want` bit for bit (NaN for NaN: the device's
+/// NaN payload is its own); the first differences named.
+fn same_dequant(got: &[u8], want: &[u16], ty: DenseType, what: &str) {
+    assert_eq!(got.len(), want.len() * 2, "{what}: output size");
+    let nan = |b: u16| match ty {
+        DenseType::F16 => f16::from_bits(b).is_nan(),
+        _ => bf16::from_bits(b).is_nan(),
+    };
+    let bad: Vec<String> = got
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .zip(want)
+        .enumerate()
+        .filter(|&(_, (g, &w))| g != w && !(nan(g) && nan(w)))
+        .take(4)
+        .map(|(i, (g, w))| format!("element {i}: got {g:#06x}, want {w:#06x}"))
+        .collect();
+    assert!(bad.is_empty(), "{what}: {}", bad.join("; "));
 }
 
 /// Pads `x` with zeros to whole 16-blocks and returns it with its shape as one row.

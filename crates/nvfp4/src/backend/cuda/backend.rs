@@ -16,7 +16,7 @@ use super::device_op::{self, BoundOp};
 use super::family::{DeviceFacts, Kernels};
 use super::kernels::{self, KernelModule};
 use super::overrides::Overrides;
-use super::quantize::{self, DenseView, GlobalSource, QuantizeKernels, ScalarView};
+use super::quantize::{self, DenseView, GlobalSource, QuantOut, QuantizeKernels, ScalarView};
 use super::route::{self, Route};
 use super::runtime::{cuda_err, ContextScope, Gpu, StreamHandle};
 use crate::format::{F16Tensor, Nvfp4Tensor, OutTensor, OutputDtype};
@@ -87,7 +87,7 @@ impl CudaBackend {
         ws: &mut Option<Workspace>,
         stream: StreamHandle,
     ) -> Result<()> {
-        self.quantize_with(x, out, global, global_out, ws, stream, false)
+        self.quantize_with(x, QuantOut::Nvfp4(out), global, global_out, ws, stream, false)
     }
 
     /// [`CudaBackend::quantize_on`], then waits for `stream` and refuses a NaN or an infinity
@@ -103,14 +103,34 @@ impl CudaBackend {
         ws: &mut Option<Workspace>,
         stream: StreamHandle,
     ) -> Result<()> {
-        self.quantize_with(x, out, global, global_out, ws, stream, true)
+        self.quantize_with(x, QuantOut::Nvfp4(out), global, global_out, ws, stream, true)
+    }
+
+    /// Enqueues the quantization of `x` as [`CudaBackend::quantize_on`] does, but writes each
+    /// quantized element back as its value without the global scale (e2m1 * e4m3, exact) into
+    /// `out`: x's shape in [`DenseType::dequant_type`](super::DenseType::dequant_type) (bf16, f16
+    /// for f16 input). A W4A16 GEMM of `out` with alpha = the global scale * the weight's global
+    /// scale computes the W4A4 GEMM of x's quantization (SPEC §3, §8), on the W4A16 kernels and
+    /// the weight's packed form. Launched as a programmatic dependent: it and a chained GEMM after
+    /// it may start while the kernel before it ends. A block holding a NaN or an infinity is 16
+    /// NaNs, as its E4M3 NaN scale would make every product of the W4A4 GEMM.
+    pub fn quantize_dequant_on(
+        &self,
+        x: &DenseView,
+        out: &DenseView,
+        global: GlobalSource<'_>,
+        global_out: &ScalarView,
+        ws: &mut Option<Workspace>,
+        stream: StreamHandle,
+    ) -> Result<()> {
+        self.quantize_with(x, QuantOut::Dequant(out), global, global_out, ws, stream, false)
     }
 
     #[allow(clippy::too_many_arguments)]
     fn quantize_with(
         &self,
         x: &DenseView,
-        out: &Nvfp4View,
+        out: QuantOut<'_>,
         global: GlobalSource<'_>,
         global_out: &ScalarView,
         ws: &mut Option<Workspace>,
@@ -118,6 +138,7 @@ impl CudaBackend {
         check: bool,
     ) -> Result<()> {
         let (amax, quant) = x.dtype.symbols();
+        let quant = if matches!(out, QuantOut::Dequant(_)) { x.dtype.dequant_symbol() } else { quant };
         let k = QuantizeKernels {
             amax: self.function(&kernels::quantize::QUANTIZE, amax)?,
             quantize: self.function(&kernels::quantize::QUANTIZE, quant)?,

@@ -8,7 +8,7 @@
 use cudarc::driver::CudaFunction;
 
 use super::device::{Nvfp4View, Workspace, WorkspaceNeeds};
-use super::runtime::{Capture, Gpu, LaunchShape, StreamHandle};
+use super::runtime::{Capture, Gpu, LaunchOptions, LaunchShape, StreamHandle};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
@@ -41,6 +41,22 @@ impl DenseType {
             DenseType::F32 => ("quantize_amax_f32", "quantize_nvfp4_f32"),
             DenseType::F16 => ("quantize_amax_f16", "quantize_nvfp4_f16"),
             DenseType::Bf16 => ("quantize_amax_bf16", "quantize_nvfp4_bf16"),
+        }
+    }
+    /// The dequantizing kernel's symbol.
+    pub(crate) fn dequant_symbol(self) -> &'static str {
+        match self {
+            DenseType::F32 => "quantize_dequant_f32",
+            DenseType::F16 => "quantize_dequant_f16",
+            DenseType::Bf16 => "quantize_dequant_bf16",
+        }
+    }
+    /// The type the dequantizing kernel writes for this input: f16 for f16, else bf16 (both hold
+    /// every e2m1 * e4m3 product exactly).
+    pub fn dequant_type(self) -> DenseType {
+        match self {
+            DenseType::F16 => DenseType::F16,
+            DenseType::F32 | DenseType::Bf16 => DenseType::Bf16,
         }
     }
 }
@@ -103,18 +119,29 @@ pub enum GlobalSource<'a> {
     Device(&'a ScalarView),
 }
 
-/// The quantizer's kernels of one input type.
+/// The quantizer's kernels of one input type: the amax pass and the pass that writes `QuantOut`
+/// (the quantize or the dequantizing kernel).
 pub(crate) struct QuantizeKernels {
     pub amax: CudaFunction,
     pub quantize: CudaFunction,
+}
+
+/// What the quantize pass writes.
+#[derive(Clone, Copy)]
+pub(crate) enum QuantOut<'a> {
+    /// NVFP4 values and scales (`quantize_nvfp4_*`).
+    Nvfp4(&'a Nvfp4View),
+    /// The quantized values times their block scales, without the global scale, as 16-bit
+    /// numbers of x's shape in [`DenseType::dequant_type`] (`quantize_dequant_*`).
+    Dequant(&'a DenseView),
 }
 
 /// The most CTAs per SM the quantize pass is given (see [`ctas_per_sm`]).
 const MAX_CTAS_PER_SM: u32 = 5;
 
 /// CTAs of the quantize pass resident per SM: `NVFP4_QUANT_CTAS_PER_SM` when set (experiments),
-/// else the driver's occupancy for the kernel (registers decide it), asked once per input type,
-/// at most [`MAX_CTAS_PER_SM`].
+/// else the driver's occupancy for the kernel (registers decide it), asked once per input type
+/// and pass (`dequant`: the dequantizing kernel), at most [`MAX_CTAS_PER_SM`].
 ///
 /// NOTE: measured on the H200 (bf16 8192x8192, cold): a grid of one tile per CTA ran 56.8 µs;
 /// the pipelined kernel with 6 CTAs per SM (its occupancy) 52.3 µs, 4 per SM 53.5, 8 per SM
@@ -122,16 +149,16 @@ const MAX_CTAS_PER_SM: u32 = 5;
 /// quant-bf16, NOTES.md) 5 per SM beat 6 (the occupancy at 40 registers): bf16 49.8-49.9
 /// against 50.8 µs, f16 49.5-49.9 against 50.4-50.7 (`nvfp4 bench`: bf16 50.3 against 51.8).
 /// The boundary-heavy bf16 row prefers 6 (61.6 against 63.5 µs).
-fn ctas_per_sm(f: &CudaFunction, dtype: DenseType) -> u32 {
+fn ctas_per_sm(f: &CudaFunction, dtype: DenseType, dequant: bool) -> u32 {
     static FORCED: OnceLock<Option<u32>> = OnceLock::new();
-    static FOUND: [AtomicU32; 3] = [AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0)];
+    static FOUND: [AtomicU32; 6] = [const { AtomicU32::new(0) }; 6];
     let forced = FORCED.get_or_init(|| {
         std::env::var("NVFP4_QUANT_CTAS_PER_SM").ok().and_then(|v| v.parse().ok()).filter(|&n: &u32| n > 0)
     });
     if let Some(n) = *forced {
         return n;
     }
-    let slot = &FOUND[dtype as usize];
+    let slot = &FOUND[dtype as usize + 3 * dequant as usize];
     match slot.load(Ordering::Relaxed) {
         0 => {
             let n = f
@@ -154,18 +181,20 @@ pub(crate) fn needs() -> WorkspaceNeeds {
     WorkspaceNeeds { bytes: CHECK_WORD + 8, counters: 0 }
 }
 
-/// Enqueues the quantization of `x` into `out` (values and scales, in `out.meta.layout`) and
-/// the global scale used into `global_out`, on `stream`. With `check`, the first-bad word is
-/// armed first, for [`verify`], which must follow; a stream being captured into a CUDA graph is
-/// refused then, before anything is enqueued (the check waits for the stream). Without it the
-/// kernel's writes to that word (a block holding a NaN or an infinity records its first such
-/// element unconditionally, which keeps the test off its hot path) are never read.
+/// Enqueues the quantization of `x` into `out` (values and scales, in `out.meta.layout`; or the
+/// dequantized values) and the global scale used into `global_out`, on `stream`. With `check`,
+/// the first-bad word is armed first, for [`verify`], which must follow; a stream being captured
+/// into a CUDA graph is refused then, before anything is enqueued (the check waits for the
+/// stream). Without it the kernel's writes to that word (a block holding a NaN or an infinity
+/// records its first such element unconditionally, which keeps the test off its hot path) are
+/// never read. The dequantizing kernel is launched as a programmatic dependent (it waits before
+/// it reads), so that it and the GEMM after it may start while the kernel before ends.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch(
     gpu: &Gpu,
     k: &QuantizeKernels,
     x: &DenseView,
-    out: &Nvfp4View,
+    out: QuantOut<'_>,
     global: GlobalSource<'_>,
     global_out: &ScalarView,
     ws: &Workspace,
@@ -173,13 +202,32 @@ pub(crate) fn launch(
     check: bool,
 ) -> Result<()> {
     let [l, rows, cols] = x.shape;
-    let m = &out.meta;
-    if (m.l, m.rows, m.k) != (l, rows, cols) {
-        return Err(Error::Shape(format!(
-            "quantize: input [{l}, {rows}, {cols}] and output [{}, {}, {}] differ",
-            m.l, m.rows, m.k
-        )));
-    }
+    let (values, scales, dequant, layout, dependent) = match out {
+        QuantOut::Nvfp4(o) => {
+            let m = &o.meta;
+            if (m.l, m.rows, m.k) != (l, rows, cols) {
+                return Err(Error::Shape(format!(
+                    "quantize: input [{l}, {rows}, {cols}] and output [{}, {}, {}] differ",
+                    m.l, m.rows, m.k
+                )));
+            }
+            (o.values, o.scales, 0, Some(m), false)
+        }
+        QuantOut::Dequant(d) => {
+            if d.shape != x.shape || d.dtype != x.dtype.dequant_type() {
+                return Err(Error::Shape(format!(
+                    "quantize: input {:?} {:?} gives dequantized {:?} {:?}, not {:?} {:?}",
+                    x.shape,
+                    x.dtype,
+                    x.shape,
+                    x.dtype.dequant_type(),
+                    d.shape,
+                    d.dtype
+                )));
+            }
+            (0, 0, d.addr, None, true)
+        }
+    };
     let blocks = l * rows * (cols / 16);
     let (mode, value, global_in) = match global {
         GlobalSource::Auto => (0, 0.0, 0),
@@ -196,11 +244,12 @@ pub(crate) fn launch(
             "quantize: the finiteness check waits for the stream, which a CUDA graph capture on it forbids".into(),
         ));
     }
-    let blocked = m.layout == ScaleLayout::Blocked;
+    let blocked = layout.is_some_and(|m| m.layout == ScaleLayout::Blocked);
     let params = QuantizeParams {
         x: x.addr,
-        values: out.values,
-        scales: out.scales,
+        values,
+        scales,
+        dequant,
         global_out: global_out.addr,
         global_in,
         amax,
@@ -213,13 +262,15 @@ pub(crate) fn launch(
         blocked: blocked as i32,
         reverse: (mode == 0) as i32,
     };
-    // Tiles of THREADS blocks; one wave of CTAs strides over them (the kernel prefetches the next
-    // tile while it quantizes one, which a CTA waiting for a later wave could not overlap).
-    let tiles = blocks.div_ceil(THREADS as usize);
-    let grid = tiles.min(ctas_per_sm(&k.quantize, x.dtype) as usize * gpu.info().sms as usize);
+    // Tiles of THREADS blocks (the dequantizing kernel: THREADS quarter blocks); one wave of CTAs
+    // strides over them (the kernel prefetches the next tile while it quantizes one, which a CTA
+    // waiting for a later wave could not overlap).
+    let per_block = if dependent { 4 } else { 1 };
+    let tiles = (blocks * per_block).div_ceil(THREADS as usize);
+    let grid = tiles.min(ctas_per_sm(&k.quantize, x.dtype, dependent) as usize * gpu.info().sms as usize);
     let grid = u32::try_from(grid).map_err(|_| Error::Shape(format!("quantize: {blocks} blocks exceed one launch")))?;
-    if blocked && m.scale_bytes() != blocks {
-        gpu.memset_zero(out.scales, m.scale_bytes(), stream)?; // padding entries are zero
+    if let Some(m) = layout.filter(|m| blocked && m.scale_bytes() != blocks) {
+        gpu.memset_zero(scales, m.scale_bytes(), stream)?; // padding entries are zero
     }
     if check {
         gpu.memset_u32(first_bad, u32::MAX, 2, stream)?;
@@ -231,7 +282,8 @@ pub(crate) fn launch(
         let amax_grid = (gpu.info().sms as usize * 8).min(steps) as u32;
         gpu.launch(stream, &k.amax, LaunchShape::linear(amax_grid, THREADS, 0), &params)?;
     }
-    gpu.launch(stream, &k.quantize, LaunchShape::linear(grid, THREADS, 0), &params)
+    let shape = LaunchShape::linear(grid, THREADS, 0).with(LaunchOptions { dependent, cluster_x: 0 });
+    gpu.launch(stream, &k.quantize, shape, &params)
 }
 
 /// After a [`launch`] with `check`: waits for `stream` and refuses what the launch could only

@@ -52,6 +52,9 @@ pub struct QuantizeJob<'a> {
     gin: Option<ScalarView>,
     global: JobGlobal,
     ws: Option<Workspace>,
+    // The dequantizing pass's output ([L, rows, K] 16-bit) and its view, allocated by its first
+    // launch.
+    dequant: Option<(CudaSlice<u8>, DenseView)>,
 }
 
 impl CudaBackend {
@@ -109,8 +112,19 @@ impl CudaBackend {
             gin,
             global,
             ws: None,
+            dequant: None,
         })
     }
+}
+
+/// The launch's global source for a job's [`JobGlobal`] (`gin`: its uploaded device value).
+fn source(global: JobGlobal, gin: &Option<ScalarView>) -> Result<GlobalSource<'_>> {
+    Ok(match (global, gin) {
+        (JobGlobal::Auto, _) => GlobalSource::Auto,
+        (JobGlobal::Value(g), _) => GlobalSource::Value(g),
+        (JobGlobal::Device(_), Some(s)) => GlobalSource::Device(s),
+        (JobGlobal::Device(_), None) => return Err(Error::Invalid("device global scale not uploaded".into())),
+    })
 }
 
 impl QuantizeJob<'_> {
@@ -126,13 +140,39 @@ impl QuantizeJob<'_> {
         self.run(true)
     }
 
+    /// Enqueues the dequantizing pass ([`CudaBackend::quantize_dequant_on`]) into a buffer of
+    /// the job's own (allocated by the first call) instead of the quantized values and scales.
+    pub fn launch_dequant(&mut self) -> Result<()> {
+        if self.dequant.is_none() {
+            let gpu = self.backend.gpu();
+            let ty = self.dense.dtype.dequant_type();
+            let [l, rows, k] = self.dense.shape;
+            let buf = gpu.zeros::<u8>(l * rows * k * ty.size(), "dequantized values")?;
+            // SAFETY: a buffer of this backend's context of the size the view describes, owned
+            // by the job until it drops, after its launches (ordered on the stream).
+            let view = unsafe { DenseView::from_raw(gpu.addr(&buf), ty, self.dense.shape)? };
+            self.dequant = Some((buf, view));
+        }
+        let source = source(self.global, &self.gin)?;
+        let stream = self.backend.gpu().stream_handle();
+        let (b, ws) = (self.backend, &mut self.ws);
+        let out = &self.dequant.as_ref().expect("allocated above").1;
+        b.quantize_dequant_on(&self.dense, out, source, &self.gout, ws, stream)
+    }
+
+    /// Waits for the stream and copies the dequantizing pass's output back (little-endian
+    /// 16-bit elements, in [`DenseType::dequant_type`]); empty before its first launch.
+    pub fn dequant_output(&self) -> Result<Vec<u8>> {
+        let gpu = self.backend.gpu();
+        gpu.sync()?;
+        match &self.dequant {
+            Some((buf, _)) => gpu.download(buf),
+            None => Ok(Vec::new()),
+        }
+    }
+
     fn run(&mut self, check: bool) -> Result<()> {
-        let source = match (self.global, &self.gin) {
-            (JobGlobal::Auto, _) => GlobalSource::Auto,
-            (JobGlobal::Value(g), _) => GlobalSource::Value(g),
-            (JobGlobal::Device(_), Some(s)) => GlobalSource::Device(s),
-            (JobGlobal::Device(_), None) => return Err(Error::Invalid("device global scale not uploaded".into())),
-        };
+        let source = source(self.global, &self.gin)?;
         let stream = self.backend.gpu().stream_handle();
         let (b, ws) = (self.backend, &mut self.ws);
         if check {
@@ -149,6 +189,9 @@ impl QuantizeJob<'_> {
         let stream = gpu.stream_handle();
         gpu.memset_u32(gpu.addr(&self.values), u32::MAX, self.values.len() / 4, stream)?;
         gpu.memset_u32(gpu.addr(&self.scales), u32::MAX, self.scales.len() / 4, stream)?;
+        if let Some((buf, _)) = &self.dequant {
+            gpu.memset_u32(gpu.addr(buf), u32::MAX, buf.len() / 4, stream)?;
+        }
         gpu.memset_u32(gpu.addr(&self.global_out), F32_NAN_BITS, 1, stream)
     }
 

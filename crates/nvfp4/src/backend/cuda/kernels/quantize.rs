@@ -3,7 +3,7 @@
 use super::module::KernelModule;
 use crate::backend::cuda::runtime::kernel_struct;
 
-/// The quantizer kernels, one amax and one quantize kernel per input type.
+/// The quantizer kernels: an amax, a quantize and a dequantizing kernel per input type.
 pub static QUANTIZE: KernelModule = KernelModule {
     file: "quantize.cu",
     source: include_str!("../../../../kernels/quantize.cu"),
@@ -14,6 +14,9 @@ pub static QUANTIZE: KernelModule = KernelModule {
         "quantize_nvfp4_f32",
         "quantize_nvfp4_f16",
         "quantize_nvfp4_bf16",
+        "quantize_dequant_f32",
+        "quantize_dequant_f16",
+        "quantize_dequant_bf16",
     ],
 };
 
@@ -40,6 +43,9 @@ kernel_struct! {
         values: u64 => "u8*",
         /// [L, rows, K/16] e4m3 (plain) or [L, R, C, 512] (blocked, padding zeroed before)
         scales: u64 => "u8*",
+        /// the dequantizing kernels' output: [L, rows, K] bf16 (f16 for f16 input), 16-byte
+        /// aligned (the quantize kernels write `values` and `scales` instead)
+        dequant: u64 => "void*",
         /// the global scale used, one f32
         global_out: u64 => "float*",
         /// global_mode 2: the global scale, one f32 on the device
