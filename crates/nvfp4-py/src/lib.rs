@@ -40,6 +40,7 @@ fn _nvfp4(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ops::grouped_gemm, m)?)?;
     m.add_function(wrap_pyfunction!(moe::grouped_gemm_moe, m)?)?;
     m.add_function(wrap_pyfunction!(quantize::quantize, m)?)?;
+    m.add_function(wrap_pyfunction!(quantize::quantize_dequant, m)?)?;
     m.add_function(wrap_pyfunction!(weights::load_linear, m)?)?;
     m.add_function(wrap_pyfunction!(operand::scale_layout_of, m)?)?;
     m.add_function(wrap_pyfunction!(pack::packed_size, m)?)?;

@@ -180,3 +180,102 @@ pub(crate) fn quantize_on(
         }
     }
 }
+
+/// `quantize_dequant(x, out, global_out, global_scale=None, stream=None)`: quantizes `x` as
+/// [`quantize`] does and writes each element back as its NVFP4 value without the global scale
+/// (e2m1 * e4m3, exact) into `out` (x's shape; bfloat16, float16 for float16 x), the global scale
+/// into `global_out`. A W4A16 GEMM of `out` with alpha = that global scale times the weight's
+/// computes the W4A4 GEMM of x's quantization (SPEC §3, §8).
+#[pyfunction]
+#[pyo3(signature = (x, out, global_out, global_scale=None, stream=None))]
+pub fn quantize_dequant(
+    py: Python<'_>,
+    x: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+    global_out: &Bound<'_, PyAny>,
+    global_scale: Option<f32>,
+    stream: Option<u64>,
+) -> PyResult<()> {
+    let mut imports = Importer::new(stream);
+    let x = imports.tensor(x, "x")?;
+    dense_type(&x)?;
+    input_dims(&x)?;
+    let o = imports.tensor(out, "out")?;
+    let g_out = imports.tensor(global_out, "global_out")?;
+    let stream = imports.stream();
+    quantize_dequant_on(&py, stream, &x, &o, &g_out, global_scale)
+}
+
+/// The dtype [`quantize_dequant`] writes for x's.
+pub(crate) fn dequant_dtype(x: &Tensor) -> PyResult<Dtype> {
+    Ok(match dense_type(x)?.dequant_type() {
+        DenseType::F16 => Dtype::F16,
+        _ => Dtype::Bf16,
+    })
+}
+
+/// [`quantize_dequant`] on imported tensors (CUDA: on `stream`); `given` the global scale.
+pub(crate) fn quantize_dequant_on(
+    g: &impl Detach,
+    stream: u64,
+    x: &Tensor,
+    out: &Tensor,
+    g_out: &Tensor,
+    given: Option<f32>,
+) -> PyResult<()> {
+    let ty = dense_type(x)?;
+    let (l, rows, k) = input_dims(x)?;
+    check_scalar(g_out)?;
+    g_out.writable()?;
+    let want = dequant_dtype(x)?;
+    if out.shape != x.shape || out.dtype != want {
+        return Err(value(format!(
+            "out: must be {want} of x's shape {:?}, got {} of shape {:?}",
+            x.shape, out.dtype, out.shape
+        )));
+    }
+    out.writable()?;
+    if out.device != x.device || g_out.device != x.device {
+        return Err(value("out and global_out must be on x's device"));
+    }
+    if let Some(gv) = given {
+        if !(gv.is_finite() && gv > 0.0) {
+            return Err(value(format!("global scale must be finite and > 0, got {gv}")));
+        }
+    }
+    match x.device {
+        Device::Cpu => {
+            let data = host_f32(x, ty)?;
+            let global = given.map_or(GlobalScale::Auto, GlobalScale::Fixed);
+            // Always checked here: a NaN or an infinity is refused, naming the first.
+            let q = g.run(move || cpu_quantize(&data, l, rows, k, global)).py()?;
+            let bytes: Vec<u8> = (0..l)
+                .flat_map(|b| q.decode_batch(b))
+                .flat_map(|v| match want {
+                    Dtype::F16 => f16::from_f32(v).to_le_bytes(),
+                    _ => bf16::from_f32(v).to_le_bytes(),
+                })
+                .collect();
+            out.write_host(&bytes, 2)?;
+            g_out.write_host(&q.global_scale().to_le_bytes(), 4)
+        }
+        Device::Cuda(d) => {
+            // SAFETY: CUDA tensors of the call's device, dense, of the checked sizes and dtypes,
+            // kept alive by the caller's framework while the kernels enqueued on its current
+            // stream run.
+            let (dense, dq, gout) = unsafe {
+                (
+                    DenseView::from_raw(x.ptr, ty, [l, rows, k]).py()?,
+                    DenseView::from_raw(out.ptr, ty.dequant_type(), [l, rows, k]).py()?,
+                    ScalarView::from_raw(g_out.ptr).py()?,
+                )
+            };
+            let source = given.map_or(GlobalSource::Auto, GlobalSource::Value);
+            g.run(move || {
+                with_device(d, stream, |backend, ws, handle| {
+                    backend.quantize_dequant_on(&dense, &dq, source, &gout, ws, handle)
+                })
+            })
+        }
+    }
+}

@@ -22,7 +22,7 @@ use crate::moe_alpha::MoeAlphaArg;
 use crate::operand::{parse_layout, Operand};
 use crate::ops::{check_alpha, dual_gemm_on, gemm_on, gemv_on};
 use crate::pack::Packed;
-use crate::quantize::{dense_type, input_dims, quantize_on};
+use crate::quantize::{dense_type, dequant_dtype, input_dims, quantize_dequant_on, quantize_on};
 use crate::tensor::{Device, Dtype, Tensor};
 use crate::torch_abi::{self, load, shim, take, BoxedKernel, Handle, StableIValue};
 
@@ -338,14 +338,30 @@ unsafe extern "C-unwind" fn quantize(stack: *mut StableIValue, nargs: u64, retur
     })
 }
 
+/// `quantize_dequant(Tensor x, float? global_scale) -> (Tensor, Tensor)`: x quantized and written
+/// back as e2m1 * e4m3 (bfloat16; float16 for float16 x), and the global scale float32 [1].
+unsafe extern "C-unwind" fn quantize_dequant(stack: *mut StableIValue, nargs: u64, returns: u64) {
+    boxed(stack, (nargs, returns), 2, "quantize_dequant", |s| {
+        let (x, global) = (take::tensor(s[0]), take::opt_f64(s[1]));
+        let mut c = Ctx::default();
+        let xt = c.tensor(&x, "x")?;
+        input_dims(&xt).map_err(msg)?;
+        let (oh, ot) = c.output(&xt.shape, dequant_dtype(&xt).map_err(msg)?, false)?;
+        let (gh, gt) = c.output(&[1], Dtype::F32, false)?;
+        quantize_dequant_on(&NoGil, c.stream()?, &xt, &ot, &gt, global.map(|g| g as f32)).map_err(msg)?;
+        Ok(vec![oh, gh])
+    })
+}
+
 /// The kernels, by operator name (overloads after a dot).
-const KERNELS: [(&str, BoxedKernel); 6] = [
+const KERNELS: [(&str, BoxedKernel); 7] = [
     ("gemm", gemm),
     ("gemv", gemv),
     ("dual_gemm", dual_gemm),
     ("grouped_gemm_moe", grouped_gemm_moe),
     ("grouped_gemm_moe.Tensor", grouped_gemm_moe_tensor),
     ("quantize", quantize),
+    ("quantize_dequant", quantize_dequant),
 ];
 
 /// Registers the native kernels of the `nvfp4` operators (defined already, by `nvfp4/torch.py`)

@@ -21,7 +21,7 @@ def test_native_kernels_serve_the_operators():
 
     if not sys.platform.startswith("linux"):
         pytest.skip("native kernels: Linux only")
-    assert {"gemm", "gemv", "dual_gemm", "grouped_gemm_moe", "grouped_gemm_moe.Tensor", "quantize"} <= set(
+    assert {"gemm", "gemv", "dual_gemm", "grouped_gemm_moe", "grouped_gemm_moe.Tensor", "quantize", "quantize_dequant"} <= set(
         nvt.NATIVE_KERNELS
     )
 

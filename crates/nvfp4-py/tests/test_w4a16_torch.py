@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 import nvfp4  # noqa: E402
 import nvfp4.torch as nvt  # noqa: E402
 import safetensors_io  # noqa: E402
+from torch_ops import op_error  # noqa: E402
 from reference import activation, decode, dual16_gate, gemm16_ref, operand, round_bits, to_blocked  # noqa: E402
 
 DTYPES = [torch.float16, torch.bfloat16]
@@ -134,6 +135,32 @@ def test_w4a16_ops_under_torch_compile():
         for x, y in zip(e if isinstance(e, list) else [e], c if isinstance(c, list) else [c]):
             assert x.dtype == y.dtype == torch.bfloat16
             assert torch.equal(x.view(torch.int16), y.view(torch.int16))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_quantize_dequant_writes_the_quantization_back(dtype):
+    """``quantize_dequant``: x quantized (as ``quantize``) and each element written back as e2m1 *
+    e4m3 without the global scale, in bfloat16 (float16 for float16 x), with the global scale;
+    its fake gives the real shapes and dtypes; it traces under torch.compile; bad input refused."""
+    torch.manual_seed(7)
+    x = (torch.randn(2, 5, 64) * torch.logspace(-3, 3, 64)).to(dtype)
+    want_dt = torch.float16 if dtype == torch.float16 else torch.bfloat16
+    for gs in (None, 0.37):
+        v, s, g = torch.ops.nvfp4.quantize(x, gs)
+        got, gg = torch.ops.nvfp4.quantize_dequant(x, gs)
+        want = nvt.dequantize(v, s, dtype=torch.float64).to(want_dt)
+        assert got.dtype == want_dt and got.shape == x.shape
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)) and torch.equal(gg, g)
+        fake, fg = nvt._quantize_dequant_fake(x, gs)
+        assert (fake.shape, fake.dtype, fg.shape, fg.dtype) == (got.shape, got.dtype, gg.shape, gg.dtype)
+    compiled = torch.compile(lambda a: torch.ops.nvfp4.quantize_dequant(a, 0.37), backend="aot_eager", fullgraph=True)
+    assert torch.equal(compiled(x)[0].view(torch.int16), torch.ops.nvfp4.quantize_dequant(x, 0.37)[0].view(torch.int16))
+    with pytest.raises(op_error("quantize_dequant", ValueError), match="multiple of 16"):
+        torch.ops.nvfp4.quantize_dequant(torch.zeros(4, 40, dtype=dtype))
+    with pytest.raises(op_error("quantize_dequant", nvfp4.DtypeError), match="float32, float16 or bfloat16"):
+        torch.ops.nvfp4.quantize_dequant(torch.zeros(4, 32, dtype=torch.int32))
+    with pytest.raises(op_error("quantize_dequant", ValueError), match="finite and > 0"):
+        torch.ops.nvfp4.quantize_dequant(torch.ones(4, 32, dtype=dtype), -1.0)
 
 
 # ---- Linear -------------------------------------------------------------------------------------

@@ -306,6 +306,54 @@ def test_quantize_bit_identical_to_cpu(dtype, layout):
         assert gg.item() == cg.item() == 2.0**-126
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_quantize_dequant_is_the_quantization_written_back(dtype):
+    """torch.ops.nvfp4.quantize_dequant: each element's e2m1 * e4m3 (no global scale) in bfloat16
+    (float16 for float16 x), bit-identical to the quantizer's values and scales decoded, on the GPU
+    and on the CPU; a block holding a NaN or an infinity is 16 NaNs on the GPU; the outputs
+    poisoned first, through a CUDA graph."""
+    torch.manual_seed(6)
+    x = torch.randn(3, 70, 512) * torch.logspace(-6, 4, 512)[None, None, :]
+    x[0, 0, :32] = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25] * 4)  # E2M1 ties
+    x[1, 3, :16] = -0.0
+    x = x.to(dtype)
+    want_dt = torch.float16 if dtype == torch.float16 else torch.bfloat16
+    for gs in (None, 0.37):
+        v, sc, g = nvfp4.quantize(x, gs)
+        want = nvt.dequantize(v, sc, dtype=torch.float64).to(want_dt)  # exact in both types
+        for dev in ("cpu", DEV):
+            got, gg = torch.ops.nvfp4.quantize_dequant(x.to(dev), gs)
+            assert got.dtype == want_dt and got.shape == x.shape
+            assert torch.equal(got.cpu().view(torch.int16), want.view(torch.int16)), (dtype, gs, dev)
+            assert torch.equal(gg.cpu(), g), (dtype, gs, dev)
+    bad = x.clone()
+    bad[0, 0, 0], bad[2, 69, 511], bad[1, 5, 16] = float("nan"), float("inf"), -float("inf")
+    got, _ = torch.ops.nvfp4.quantize_dequant(bad.to(DEV), 0.37)
+    v, sc, _ = nvfp4.quantize(torch.where(torch.isfinite(bad), bad, torch.zeros_like(bad)), 0.37)
+    want = nvt.dequantize(v, sc, dtype=torch.float64).to(want_dt)
+    blocks = (~torch.isfinite(bad.float())).reshape(3, 70, 32, 16).any(-1, keepdim=True).expand(3, 70, 32, 16)
+    want[blocks.reshape(3, 70, 512)] = float("nan")
+    assert torch.equal(got.cpu().isnan(), want.isnan())
+    assert torch.equal(got.cpu()[~want.isnan()], want[~want.isnan()])
+    # Captured: new input each replay, outputs poisoned before it.
+    xd = x.to(DEV)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.ops.nvfp4.quantize_dequant(xd, 0.37)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, _ = torch.ops.nvfp4.quantize_dequant(xd, 0.37)
+    xd.copy_(torch.randn_like(xd))
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    v, sc, _ = nvfp4.quantize(xd.cpu(), 0.37)
+    want = nvt.dequantize(v, sc, dtype=torch.float64).to(want_dt)
+    assert torch.equal(out.cpu().view(torch.int16), want.view(torch.int16))
+
+
 def gpu_rule(x, gs, layout):
     """The GPU quantizer's rule for NaN and infinities (docs/FORMAT.md §1), built from the CPU
     quantizer: a 16-block holding one gets the scale 0x7F (the float8_e4m3fn NaN) and +0 codes,
@@ -532,10 +580,17 @@ def test_linear_w4a4_matches_dequantized_twin(convention):
     alpha = layer.input_scale * layer.weight_global
     g16 = nvfp4.gemm(xv, xs, layer.weight, layer.weight_scale, alpha=alpha)
     assert close(g16.reshape(4, 33, n), twin)
-    # bfloat16 out: the GEMM rounds once to bfloat16 (not float16 first).
-    gbf = nvfp4.gemm(xv, xs, layer.weight, layer.weight_scale, alpha=alpha, out_dtype=torch.bfloat16)
-    assert torch.equal(y, gbf.reshape(4, 33, n))
+    # The layer's route on CUDA: the activations' quantization written back as bfloat16, then the
+    # W4A16 GEMM on the packed weight, rounding once to bfloat16 (not float16 first).
+    xq, _ = torch.ops.nvfp4.quantize_dequant(x.reshape(-1, k), layer.input_scale)
+    assert torch.equal(xq.double(), deq(xv, xs))
+    packed = layer._packed[torch.bfloat16]
+    gq = nvfp4.gemm(xq, None, layer.weight, layer.weight_scale, alpha=alpha, out_dtype=torch.bfloat16, packed=packed)
+    assert torch.equal(y, gq.reshape(4, 33, n))
     assert close_bf16(y, (xd @ wd.T).float().to(torch.bfloat16).reshape(4, 33, n))
+    # The NVFP4 x NVFP4 GEMM of the same operands: the same products, another float32 order.
+    gbf = nvfp4.gemm(xv, xs, layer.weight, layer.weight_scale, alpha=alpha, out_dtype=torch.bfloat16)
+    assert close_bf16(gbf.reshape(4, 33, n), (xd @ wd.T).float().to(torch.bfloat16).reshape(4, 33, n))
     dense = x.double().reshape(-1, k) @ w.double().T
     rel = (y.double().reshape(-1, n) - dense).norm() / dense.norm()
     assert rel < 0.2  # NVFP4 W4A4 is lossy; the exactness is in the twin comparison above

@@ -30,13 +30,14 @@ Modes, as ``Linear``: ``"w4a16"`` (the default: the activations stay 16-bit) and
 projection shared by every expert, as a Blackwell GPU serves a ModelOpt export). Per-expert global
 scales (ModelOpt writes one ``weight_scale_2`` per expert) make per-expert alphas: a float32
 tensor [E] handed to the grouped GEMM; where every expert's alpha is the same it goes as one
-float.
+float. On CUDA the W4A4 activations reach the grouped GEMM as ``Linear``'s do: quantized, then
+written back as 16-bit numbers for the W4A16 kernels on the packed weights.
 """
 
 import torch
 
 import nvfp4 as _nv
-from nvfp4.packed_forms import PackedForms
+from nvfp4.packed_forms import W4A4_ON_W4A16, PackedForms
 
 MODES = ("w4a16", "w4a4")
 _HALF = (torch.float16, torch.bfloat16)
@@ -165,7 +166,7 @@ class MoE(PackedForms):
         have them packed before a capture. Moving the layer or loading a state dict drops the
         packed forms; after writing the weights in place, call this again (it always packs the
         weights as they are now). Returns whether they are packed."""
-        if self.mode != "w4a16" or not self.gate_up_weight.is_cuda:
+        if not self.gate_up_weight.is_cuda:
             return False
         for name in ("gate_up", "down"):
             self._pack_one(name, dtype)
@@ -182,7 +183,7 @@ class MoE(PackedForms):
         activation type: gate/up the input's, down the output's): packed now when allowed (x on
         the weights' device; not while a CUDA graph captures or torch.compile traces: the packing
         allocates and launches)."""
-        if self.mode != "w4a16" or not x.is_cuda:
+        if not x.is_cuda or x.dtype not in _HALF:  # NVFP4 activations (W4A4) read no packed form
             return None
         p = self._packed.get((name, x.dtype))
         if p is not None and p.device == x.device:
@@ -223,6 +224,8 @@ class MoE(PackedForms):
         h = (torch.nn.functional.silu(gate) * up).to(dtype)
         if self.mode == "w4a16":
             ha, sh = h, None
+        elif h.is_cuda and W4A4_ON_W4A16:
+            ha, sh = torch.ops.nvfp4.quantize_dequant(h, self.down_input_scale)[0], None
         else:
             ha, sh, _ = torch.ops.nvfp4.quantize(h, self.down_input_scale)
         return self._gemm("down", ha, sh, offsets, dtype)
@@ -257,8 +260,12 @@ class MoE(PackedForms):
         src = torch.div(order, k, rounding_mode="floor")  # the token of each sorted row
 
         # 2. and 3. gate/up, SwiGLU, down on the token rows gathered in expert order (in W4A4
-        # each token is quantized once, then its rows gathered).
-        xq, sq = self._activations(x)
+        # each token is quantized once, then its rows gathered; on CUDA written back as 16-bit
+        # numbers for the W4A16 kernels, `W4A4_ON_W4A16`).
+        if self.mode == "w4a4" and x.is_cuda and W4A4_ON_W4A16:
+            xq, sq = torch.ops.nvfp4.quantize_dequant(x, self.gate_up_input_scale)[0], None
+        else:
+            xq, sq = self._activations(x)
         y = self._experts(xq.index_select(0, src), None if sq is None else sq.index_select(0, src), offsets, dtype)
 
         # 4. Back to (token, slot) order, weighted sum over the k slots.

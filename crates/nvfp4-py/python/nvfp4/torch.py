@@ -7,7 +7,8 @@ The ops are registered with ``torch.library.Library`` define/impl (cheaper per c
 ``nvfp4::grouped_gemm``, ``nvfp4::grouped_gemm_moe`` (the MoE form: tokens, stacked expert
 weights, int32 offsets; its ``alpha`` one float, a list of E floats or a float32 tensor [E] of
 per-expert alphas on the operands' device: three overloads, ``.default``, ``.list`` and
-``.Tensor``), ``nvfp4::quantize``. The activation's scales are optional (``None``: a dense
+``.Tensor``), ``nvfp4::quantize``, ``nvfp4::quantize_dequant`` (x's quantization as 16-bit
+numbers e2m1 * e4m3, and its global scale). The activation's scales are optional (``None``: a dense
 float16/bfloat16 activation, W4A16, whose dtype the result takes unless ``out_dtype`` is given):
 ``sfa`` of gemm, dual_gemm and grouped_gemm_moe, each group's of grouped_gemm, and the GEMV
 vector's ``sfb``. ``gemm`` and ``grouped_gemm_moe`` take the weight's packed form as ``packed=``
@@ -30,7 +31,7 @@ import warnings
 import torch
 
 import nvfp4 as _nv
-from nvfp4.packed_forms import PackedForms
+from nvfp4.packed_forms import PackedForms, w4a4_on_w4a16
 
 _lib = torch.library.Library("nvfp4", "DEF")
 # out_dtype: float16 (None) or bfloat16, rounded once; layout: the scales' layout where their shape
@@ -65,6 +66,9 @@ _lib.define(_MOE.format(".Tensor", "Tensor alpha", _OUT))
 _lib.define(_MOE.format("", "float? alpha=None", _OUT))
 _lib.define(_MOE.format(".list", "float[] alpha", _OUT))
 _lib.define("quantize(Tensor x, float? global_scale=None, str layout='plain') -> (Tensor, Tensor, Tensor)")
+# x quantized, written back as e2m1 * e4m3 (bfloat16; float16 for float16 x), and the global scale:
+# what a W4A4 Linear feeds the W4A16 kernels (its alpha = the global scale * the weight's).
+_lib.define("quantize_dequant(Tensor x, float? global_scale=None) -> (Tensor, Tensor)")
 
 
 def _out(a, n, out_dtype=None, dense=None):
@@ -149,6 +153,17 @@ def _quantize(x, global_scale=None, layout="plain"):
     return _nv.quantize(x, global_scale, layout)
 
 
+def _dequant_dtype(x):
+    return torch.float16 if x.dtype == torch.float16 else torch.bfloat16
+
+
+def _quantize_dequant(x, global_scale=None):
+    out = x.new_empty(x.shape, dtype=_dequant_dtype(x))
+    glob = x.new_empty((1,), dtype=torch.float32)
+    _native.quantize_dequant(x, out, glob, global_scale, _nv._stream(x))
+    return out, glob
+
+
 def _native_kernels():
     """Registers the native boxed kernels (``_nvfp4.register_torch_kernels``: torch's stable C
     ABI, libtorch >= 2.10 on Linux) for the CPU and CUDA keys of the operators they serve, and
@@ -184,6 +199,7 @@ for _name, _fn in (
     ("grouped_gemm_moe.Tensor", _grouped_moe),
     ("grouped_gemm_moe.list", _grouped_moe),
     ("quantize", _quantize),
+    ("quantize_dequant", _quantize_dequant),
 ):
     if _name not in NATIVE_KERNELS:
         _lib.impl(_name, _fn, "CPU")
@@ -234,6 +250,11 @@ def _quantize_fake(x, global_scale=None, layout="plain"):
     return values, scales, x.new_empty((1,), dtype=torch.float32)
 
 
+@torch.library.register_fake("nvfp4::quantize_dequant")
+def _quantize_dequant_fake(x, global_scale=None):
+    return x.new_empty(x.shape, dtype=_dequant_dtype(x)), x.new_empty((1,), dtype=torch.float32)
+
+
 def dequantize(values, scales, global_scale=1.0, dtype=torch.float32, layout=None):
     """NVFP4 back to dense ``dtype``: e2m1 * e4m3 * global (exact in float32), shaped like the
     values with K for K/2. Scales plain or blocked, told from their shape by the operations' rule
@@ -281,7 +302,10 @@ class Linear(PackedForms):
       compressed-tensors' ``input_global_scale``), then the NVFP4 x NVFP4 GEMM runs with alpha =
       input_scale * weight_global: what a Blackwell GPU computes for the same checkpoint. Without
       an ``input_scale`` the activation scale is the per-call amax (a host synchronization: not
-      capturable in a CUDA graph). ``out_dtype`` defaults to float16.
+      capturable in a CUDA graph). ``out_dtype`` defaults to float16. On CUDA the quantized x
+      reaches the GEMM written back as 16-bit numbers (e2m1 * e4m3 is exact in bfloat16 and
+      float16) and the W4A16 kernels run it on the packed weight: the same products, summed in
+      float32.
 
     Which to pick: on Hopper, ``"w4a16"``. It is the accurate one: the NVFP4 weight is its only
     quantization, so it equals the float64 product of x and the dequantized weight rounded once
@@ -320,14 +344,15 @@ class Linear(PackedForms):
         # self._packed (PackedForms): activation dtype -> the weight's packed form (W4A16 on CUDA)
 
     def pack(self, dtype=torch.bfloat16):
-        """Packs the weight (CUDA) for W4A16 with ``dtype`` activations (``nvfp4.pack``): the
+        """Packs the weight (CUDA) for W4A16 with ``dtype`` activations (``nvfp4.pack``; W4A4
+        runs on the same kernels with bfloat16 activations, float16 for float16 input): the
         GEMM kernels then read each thread's tensor-core fragment in one load (same results,
         faster; 1.125x the values' bytes beside the weight, which one-row and odd-K calls still
         read). Forward packs on its first CUDA call outside graph capture and compilation; call
         this after loading to have it packed before a capture. Moving the layer or loading a
         state dict drops the packed form; after writing the weight in place, call this again (it
         always packs the weight as it is now)."""
-        if self.mode != "w4a16" or not self.weight.is_cuda:
+        if not self.weight.is_cuda:
             return None
         p = _nv.pack(self.weight, self.weight_scale, dtype=dtype)
         self._packed[dtype] = p
@@ -402,6 +427,15 @@ class Linear(PackedForms):
             kernel_dtype = self.out_dtype if rounded else x.dtype
             packed = self._packed_for(x2)
             y = _ops.gemm(x2, None, self.weight, self.weight_scale, self.weight_global, kernel_dtype, packed=packed)
+        elif x2.is_cuda and w4a4_on_w4a16(x2.shape[0]):
+            # x's quantization written back as e2m1 * e4m3 (exact in 16 bits), then the W4A16
+            # GEMM on the packed weight with alpha = both global scales: the W4A4 product
+            # (SPEC §3, §8) on the faster kernels; the dequantizing pass is chained to the GEMM.
+            xq, g = _ops.quantize_dequant(x2, self.input_scale)
+            gx = self.input_scale if self.input_scale is not None else float(g.item())
+            kernel_dtype = self.out_dtype if rounded else torch.float16
+            packed = self._packed_for(xq)
+            y = _ops.gemm(xq, None, self.weight, self.weight_scale, gx * self.weight_global, kernel_dtype, packed=packed)
         else:
             if self.input_scale is not None:
                 q, s, _ = _ops.quantize(x2, self.input_scale)

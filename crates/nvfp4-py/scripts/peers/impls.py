@@ -5,8 +5,11 @@
                      activation in A's slot (sfa None), alpha = the weight's global scale, the
                      weights packed once per set (nvfp4.pack; --w4a16-plain: as they are)
   nvfp4_w4a4         the W4A4 call as a user makes it: nvfp4.torch.Linear with the checkpoint's
-                     static input_scale (dense); nvfp4.quantize then dual_gemm / grouped_gemm
-  nvfp4_w4a4_kernel  the same GEMM on activations quantized beforehand
+                     static input_scale (dense); for dual and MoE what nvfp4.torch.MoE does on
+                     CUDA: torch.ops.nvfp4.quantize_dequant, then dual_gemm / grouped_gemm W4A16 on
+                     the weights packed once per set (NVFP4_W4A4_ROUTE=nvfp4: nvfp4.quantize, then
+                     the NVFP4 x NVFP4 kernels)
+  nvfp4_w4a4_kernel  the NVFP4 x NVFP4 GEMM on activations quantized beforehand
   humming            HummingLayer (W4A16), see humming_peer.py
   torch              cuBLAS BF16 (F.linear) or torch._grouped_mm BF16 on dequantized weights
 
@@ -24,6 +27,7 @@ import torch.nn.functional as F
 
 import nvfp4
 import nvfp4.torch as nvt
+from nvfp4.packed_forms import W4A4_ON_W4A16
 from peers import humming_peer
 from peers.report import HUMMING, NVFP4_W4A4, NVFP4_W4A4_KERNEL, NVFP4_W4A16, TORCH
 from peers.tolerance import nvfp4_profile, peer_profile
@@ -80,11 +84,32 @@ def _nvfp4_w4a4(ops, i):
         ).to(x.device)
         return lambda: lin(x)
 
-    def call():
-        q, sq, _ = nvfp4.quantize(x, ops.x_global)
-        return _w4a4_gemm(ops, ws, q, sq)
+    if not (W4A4_ON_W4A16 and x.is_cuda):
 
-    return call
+        def call():
+            q, sq, _ = nvfp4.quantize(x, ops.x_global)
+            return _w4a4_gemm(ops, ws, q, sq)
+
+        return call
+    # As the MoE layer runs W4A4 on CUDA: the activations' quantization written back as 16-bit
+    # numbers, then the W4A16 GEMM on the weights packed once per set, alpha = both global scales.
+    alpha, out_dtype, v, s = ops.x_global * ws.glob, ops.dtype, ws.values, ws.scales
+    qdt = torch.float16 if x.dtype == torch.float16 else torch.bfloat16
+    if ops.case.op == "dual":
+        p = nvfp4.pack(v[0], s[0], b2=v[1], sfb2=s[1], dtype=qdt)
+
+        def dual():
+            q = torch.ops.nvfp4.quantize_dequant(x, ops.x_global)[0]
+            return nvfp4.dual_gemm(q, None, v[0], s[0], v[1], s[1], alpha=alpha, out_dtype=out_dtype, packed=p)
+
+        return dual
+    p = nvfp4.pack(v, s, dtype=qdt)
+
+    def moe():
+        q = torch.ops.nvfp4.quantize_dequant(x, ops.x_global)[0]
+        return nvfp4.grouped_gemm((q, None, v, s), offsets=ops.offsets, alpha=alpha, out_dtype=out_dtype, packed=p)
+
+    return moe
 
 
 def _nvfp4_w4a4_kernel(ops, i):
