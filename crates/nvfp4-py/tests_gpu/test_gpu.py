@@ -552,6 +552,26 @@ def test_two_streams(g):
         assert torch.equal(bits(o), bits(ref_gemm(a, sfa, b, sfb)))
 
 
+@pytest.mark.parametrize("m", [1, 16, 64, 200])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_linear_w4a4_exact_tier_is_bit_identical(g, m, dtype):
+    """The exact tier through ``Linear(mode="w4a4")`` on both its routes (one row: the W4A4 GEMV;
+    more: the W4A16 kernels on the quantization written back): activations on the e2m1 grid with
+    a 6 in every 16-block and input_scale 1 (so quantizing them is exact), weight scales 0..3, sums
+    exact in float32: the output equals the float64 product rounded once, bit for bit."""
+    n, k = 512, 2048
+    grid = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0])
+    x = grid[torch.randint(0, len(grid), (m, k), generator=g)]
+    x.view(m, k // 16, 16)[:, :, 0] = 6.0 * torch.where(torch.rand(m, k // 16, generator=g) < 0.5, -1.0, 1.0)
+    wv, ws = operand(g, 1, n, k)
+    wv, ws = wv[0], ws[0]
+    layer = nvt.Linear(wv, ws, 1.0, input_scale=1.0, mode="w4a4")
+    want = (x.double() @ deq(wv, ws).cpu().T).to(torch.float16)
+    y = layer(x.to(dtype).to(DEV))
+    assert y.dtype == torch.float16 and y.shape == (m, n)
+    assert torch.equal(bits(y.cpu()), bits(want)), (m, dtype)
+
+
 @pytest.mark.parametrize("convention", ["modelopt", "compressed-tensors"])
 def test_linear_w4a4_matches_dequantized_twin(convention):
     torch.manual_seed(5)
