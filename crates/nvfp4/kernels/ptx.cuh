@@ -418,10 +418,20 @@ NVFP4_DEVICE void mbar_wait(u32 bar, u32 parity) {
 // ---- programmatic dependent launch -------------------------------------------------------------
 
 // Lets the next kernel on the stream (launched with programmatic stream serialization) start.
-NVFP4_DEVICE void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+// Both are no-ops below sm_90, which has no programmatic dependent launch (so that a module using
+// them, the quantizer's, still compiles there).
+NVFP4_DEVICE void launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 // Waits until the previous kernel on the stream has completed and its writes are visible (a no-op
 // when this kernel was launched without programmatic stream serialization).
-NVFP4_DEVICE void wait_prerequisites() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+NVFP4_DEVICE void wait_prerequisites() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 // ---- TMA (cp.async.bulk.tensor) ----------------------------------------------------------------
 

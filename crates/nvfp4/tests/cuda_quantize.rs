@@ -71,13 +71,10 @@ fn same_as_cpu(
     for launch in 0..2 {
         job.poison().unwrap();
         job.launch_dequant().unwrap();
-        let got = job.dequant_output().unwrap();
-        same_dequant(
-            &got,
-            &want_dequant,
-            dtype.dequant_type(),
-            &format!("{what} dequant ({dtype:?}, {shape:?}, {global:?}), launch {launch}"),
-        );
+        let (got, g) = job.dequant_output().unwrap();
+        let label = format!("{what} dequant ({dtype:?}, {shape:?}, {global:?}), launch {launch}");
+        same_dequant(&got, &want_dequant, dtype.dequant_type(), &label);
+        assert_eq!(g.to_bits(), want.global_scale().to_bits(), "{label}: the global scale");
         job.poison().unwrap();
         job.launch().unwrap();
         let got = job.output().unwrap();

@@ -16,9 +16,12 @@ One call:
    (W4A16: its float16/bfloat16 values; W4A4: its NVFP4 values and scales, quantized once on the
    sending rank as ``MoE`` does, 9/32 of the bf16 bytes) followed by the 4 bytes of the expert's
    local id;
-3. the receiving rank runs the rows it got through its local experts exactly as ``MoE.forward``
-   does (stable sort by local expert, ``torch.ops.nvfp4.grouped_gemm_moe`` for gate/up, SwiGLU,
-   down: ``MoE._experts``);
+3. the receiving rank runs the rows it got through its local experts as ``MoE.forward`` does
+   (stable sort by local expert, ``torch.ops.nvfp4.grouped_gemm_moe`` for gate/up, SwiGLU, down:
+   ``MoE._experts``), with one difference in W4A4 on CUDA: ``MoE.forward`` gives gate/up the
+   tokens' quantization written back as 16-bit numbers (the W4A16 kernels), while here gate/up
+   takes the received NVFP4 rows (the NVFP4 x NVFP4 kernels): the same products, summed in another
+   float32 order;
 4. return: the result rows go back by a second ``all_to_all_single`` to the ranks they came from,
    are put back in (token, slot) order and combined with the router weights (``moe.combine``:
    float32, slot order, one rounding).
@@ -29,8 +32,8 @@ there the grouped GEMM shares its tiles and k-steps among its CTAs over the whol
 its tile from the launch's row count, so where its float32 sums round, a row's last bits follow
 the rows it is launched with (the one-GPU layer's outputs for a token likewise depend on the batch
 it came in).
-A rank's launch holds other rows than the one-GPU layer's, so on the GPU the outputs are its bits
-where the sums are exact in float32 (``tests_gpu/test_ep_gpu``'s exact-tier data) and otherwise
+A rank's launch holds other rows than the one-GPU layer's (and, in W4A4, another gate/up kernel),
+so on the GPU the outputs are its bits where the sums are exact in float32 (``tests_gpu/test_ep_gpu``'s exact-tier data) and otherwise
 within the roundings' own tolerance (each of the three roundings at most one ulp apart). On the
 CPU backend (exact sums, one rounding) they are always its bits (``tests/test_moe_ep``).
 

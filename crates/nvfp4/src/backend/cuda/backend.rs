@@ -111,9 +111,12 @@ impl CudaBackend {
     /// `out`: x's shape in [`DenseType::dequant_type`](super::DenseType::dequant_type) (bf16, f16
     /// for f16 input). A W4A16 GEMM of `out` with alpha = the global scale * the weight's global
     /// scale computes the W4A4 GEMM of x's quantization (SPEC §3, §8), on the W4A16 kernels and
-    /// the weight's packed form. Launched as a programmatic dependent: it and a chained GEMM after
-    /// it may start while the kernel before it ends. A block holding a NaN or an infinity is 16
-    /// NaNs, as its E4M3 NaN scale would make every product of the W4A4 GEMM.
+    /// the weight's packed form. Launched as a programmatic dependent that lets its own dependent
+    /// start first: a kernel chained after it may start while the kernel before it still runs,
+    /// so chain after it only operations whose first kernel reads nothing before its wait
+    /// ([`BoundOp::chains_safely`](super::BoundOp::chains_safely): the W4A16 GEMMs; not the W4A4
+    /// GEMM, whose main kernel reads W after its pre-pass's trigger). A block holding a NaN or an
+    /// infinity is 16 NaNs, as its E4M3 NaN scale would make every product of the W4A4 GEMM.
     pub fn quantize_dequant_on(
         &self,
         x: &DenseView,

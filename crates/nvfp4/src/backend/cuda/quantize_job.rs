@@ -148,6 +148,8 @@ impl QuantizeJob<'_> {
             let ty = self.dense.dtype.dequant_type();
             let [l, rows, k] = self.dense.shape;
             let buf = gpu.zeros::<u8>(l * rows * k * ty.size(), "dequantized values")?;
+            // Poisoned from the start, as `poison` leaves it for later launches.
+            gpu.memset_u32(gpu.addr(&buf), u32::MAX, buf.len() / 4, gpu.stream_handle())?;
             // SAFETY: a buffer of this backend's context of the size the view describes, owned
             // by the job until it drops, after its launches (ordered on the stream).
             let view = unsafe { DenseView::from_raw(gpu.addr(&buf), ty, self.dense.shape)? };
@@ -160,14 +162,16 @@ impl QuantizeJob<'_> {
         b.quantize_dequant_on(&self.dense, out, source, &self.gout, ws, stream)
     }
 
-    /// Waits for the stream and copies the dequantizing pass's output back (little-endian
-    /// 16-bit elements, in [`DenseType::dequant_type`]); empty before its first launch.
-    pub fn dequant_output(&self) -> Result<Vec<u8>> {
+    /// Waits for the stream and copies the dequantizing pass's output back: its little-endian
+    /// 16-bit elements (in [`DenseType::dequant_type`]; empty before its first launch) and the
+    /// global scale it used.
+    pub fn dequant_output(&self) -> Result<(Vec<u8>, f32)> {
         let gpu = self.backend.gpu();
         gpu.sync()?;
+        let g = gpu.download(&self.global_out)?.first().copied().unwrap_or(f32::NAN);
         match &self.dequant {
-            Some((buf, _)) => gpu.download(buf),
-            None => Ok(Vec::new()),
+            Some((buf, _)) => Ok((gpu.download(buf)?, g)),
+            None => Ok((Vec::new(), g)),
         }
     }
 
