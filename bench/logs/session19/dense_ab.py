@@ -43,10 +43,16 @@ def captured(sets, x, calls=CALLS):
         b, sb, pk = sets[i % len(sets)]
         return torch.ops.nvfp4.gemm(x, None, b, sb, 1.0, BF16, "blocked", pk)
 
+    return captured_calls(call, len(sets), calls)
+
+
+def captured_calls(call, warm, calls=CALLS):
+    """A CUDA graph of `call(0) .. call(calls - 1)`, after `call(0) .. call(warm - 1)` on the
+    capture's side stream (binding what each call launches)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        for i in range(len(sets)):
+        for i in range(warm):
             call(i)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()

@@ -12,7 +12,7 @@ import statistics
 import subprocess
 import sys
 
-if len(sys.argv) > 1 and sys.argv[1] == "--child":
+def child():
     import torch
     import nvfp4
     import nvfp4.torch  # noqa: F401
@@ -28,17 +28,16 @@ if len(sys.argv) > 1 and sys.argv[1] == "--child":
     print("REPLAY", flush=True)
     g.replay()
     torch.cuda.synchronize()
-    sys.exit(0)
 
-label, m = sys.argv[1], sys.argv[2]
-shapes = [(sys.argv[i], sys.argv[i + 1]) for i in range(3, len(sys.argv), 2)]
-for n, k in shapes:
-    out = subprocess.run([sys.executable, __file__, "--child", m, n, k], capture_output=True, text=True)
+
+def stamped_calls(m, n, k):
+    """The "TL" stamp rows (integers after "TL") of one child process's replay, grouped by call
+    (sorted by entry), and the child's result (for its return code and stderr)."""
+    out = subprocess.run([sys.executable, __file__, "--child", str(m), str(n), str(k)], capture_output=True, text=True)
     text = out.stdout.split("REPLAY", 1)[-1]
     rows = [tuple(int(v) for v in ln.split()[1:]) for ln in text.splitlines() if ln.startswith("TL ")]
     if not rows:
-        print(f"{label} M={m} N={n} K={k}: no stamps (rc {out.returncode}) {out.stderr[-400:]}")
-        continue
+        return [], out
     rows.sort(key=lambda r: r[1])
     calls, cur = [], [rows[0]]
     for r in rows[1:]:
@@ -48,17 +47,33 @@ for n, k in shapes:
         else:
             cur.append(r)
     calls.append(cur)
-    stats = {"ready": [], "first_w": [], "ml_end": [], "ep_end": [], "last": [], "entry_spread": [], "gap": []}
-    for i, c in enumerate(calls):
-        t = min(r[1] for r in c)
-        stats["entry_spread"].append((max(r[1] for r in c) - t) / 1e3)
-        stats["ready"].append(statistics.median(r[2] - t for r in c) / 1e3)
-        stats["first_w"].append(statistics.median(r[3] - t for r in c) / 1e3)
-        stats["ml_end"].append(statistics.median(r[4] - t for r in c) / 1e3)
-        stats["ep_end"].append(statistics.median(r[5] - t for r in c) / 1e3)
-        stats["last"].append((max(r[5] for r in c) - t) / 1e3)
-        if i + 1 < len(calls):
-            stats["gap"].append((min(r[1] for r in calls[i + 1]) - max(r[5] for r in c)) / 1e3)
-    med = {key: statistics.median(v) if v else float("nan") for key, v in stats.items()}
-    print(f"{label} M={m} N={n} K={k}: calls {len(calls)}, CTAs/call {len(calls[0])}; µs after the first entry: "
-          + ", ".join(f"{key} {val:.2f}" for key, val in med.items()), flush=True)
+    return calls, out
+
+
+def main(label, m, shapes):
+    for n, k in shapes:
+        calls, out = stamped_calls(m, n, k)
+        if not calls:
+            print(f"{label} M={m} N={n} K={k}: no stamps (rc {out.returncode}) {out.stderr[-400:]}")
+            continue
+        stats = {"ready": [], "first_w": [], "ml_end": [], "ep_end": [], "last": [], "entry_spread": [], "gap": []}
+        for i, c in enumerate(calls):
+            t = min(r[1] for r in c)
+            stats["entry_spread"].append((max(r[1] for r in c) - t) / 1e3)
+            stats["ready"].append(statistics.median(r[2] - t for r in c) / 1e3)
+            stats["first_w"].append(statistics.median(r[3] - t for r in c) / 1e3)
+            stats["ml_end"].append(statistics.median(r[4] - t for r in c) / 1e3)
+            stats["ep_end"].append(statistics.median(r[5] - t for r in c) / 1e3)
+            stats["last"].append((max(r[5] for r in c) - t) / 1e3)
+            if i + 1 < len(calls):
+                stats["gap"].append((min(r[1] for r in calls[i + 1]) - max(r[5] for r in c)) / 1e3)
+        med = {key: statistics.median(v) if v else float("nan") for key, v in stats.items()}
+        print(f"{label} M={m} N={n} K={k}: calls {len(calls)}, CTAs/call {len(calls[0])}; µs after the first entry: "
+              + ", ".join(f"{key} {val:.2f}" for key, val in med.items()), flush=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child()
+    else:
+        main(sys.argv[1], sys.argv[2], [(sys.argv[i], sys.argv[i + 1]) for i in range(3, len(sys.argv), 2)])

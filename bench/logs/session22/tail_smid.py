@@ -14,27 +14,16 @@ systematic, the same SMs late; near 0: random), and the latest SMs of each run.
 """
 import os
 import statistics
-import subprocess
 import sys
 
-TIMELINE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "session20", "timeline.py")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "session20"))
+from timeline import stamped_calls  # noqa: E402
 
 
 def calls_of(m, n, k):
-    out = subprocess.run([sys.executable, TIMELINE, "--child", m, n, k], capture_output=True, text=True)
-    text = out.stdout.split("REPLAY", 1)[-1]
-    rows = [tuple(int(v) for v in ln.split()[1:]) for ln in text.splitlines() if ln.startswith("TL ")]
-    if not rows or len(rows[0]) != 7:
+    calls, out = stamped_calls(m, n, k)
+    if not calls or len(calls[0][0]) != 7:
         sys.exit(f"no 7-field stamps (rc {out.returncode}): is NVFP4_KERNELS_DIR the smid variant? {out.stderr[-400:]}")
-    rows.sort(key=lambda r: r[1])
-    calls, cur = [], [rows[0]]
-    for r in rows[1:]:
-        if r[1] - cur[0][1] > 3000:  # a new call: entries more than 3 µs after this call's first
-            calls.append(cur)
-            cur = [r]
-        else:
-            cur.append(r)
-    calls.append(cur)
     return calls
 
 

@@ -18,7 +18,7 @@ import nvfp4
 import nvfp4.torch  # noqa: F401
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "session19"))
-from dense_ab import weight_sets  # noqa: E402
+from dense_ab import captured_calls, weight_sets  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "session16"))
 from moe_time import replay_median_us  # noqa: E402
 
@@ -44,16 +44,7 @@ def calls(kind, sets, x):
 
 
 def timed(call, n):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for i in range(n):
-            call(i)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(CALLS):
-            call(i)
+    g = captured_calls(call, n, CALLS)
     g.replay()
     torch.cuda.synchronize()
     return replay_median_us(g, CALLS, 15)
