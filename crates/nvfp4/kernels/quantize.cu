@@ -41,6 +41,8 @@ namespace {
 
 using quant::AMAX_UNROLL;  // 16-blocks per thread and loop step in the amax pass
 using quant::THREADS;      // also the 16-blocks of one tile of the quantize pass
+using quant::DEQUANT_THREADS_PER_BLOCK;  // the dequantizing pass: a quad per 16-block
+static_assert(DEQUANT_THREADS_PER_BLOCK == 4, "dequant_quarter: four elements per thread, an amax of two shuffles");
 
 // One 16-block of input as raw 32-bit words (WORDS of them, `load`, `p` 16-byte aligned) and its
 // elements as f32 (`at`, exact for every input type).
@@ -409,7 +411,7 @@ NVFP4_DEVICE void dequant_kernel(const QuantizeParams& p) {
   const float g = global_scale(p);
   if (blockIdx.x == 0 && threadIdx.x == 0) *p.global_out = g;
   const u64 pol = ptx::policy_evict_first();
-  const i64 quarters = p.blocks * 4, step = (i64)gridDim.x * THREADS;
+  const i64 quarters = p.blocks * DEQUANT_THREADS_PER_BLOCK, step = (i64)gridDim.x * THREADS;
   // Whole warps iterate together (the shuffles need every lane); a lane past the end idles.
   const i64 start = (i64)blockIdx.x * THREADS + threadIdx.x;
   const i64 rounds = (quarters - (i64)blockIdx.x * THREADS + step - 1) / step;
@@ -418,7 +420,8 @@ NVFP4_DEVICE void dequant_kernel(const QuantizeParams& p) {
   for (i64 t = 0, i = start; t < rounds; ++t, i += step) {
     const i64 next = i + step;
     if (next < quarters) load_quarter<In, BYTES>((const u8*)p.x + next * 4 * BYTES, wn, pol);
-    dequant_quarter<In, BF16_OUT>(p, g, i / 4, (int)(i % 4), w, i < quarters);
+    const i64 b = i / DEQUANT_THREADS_PER_BLOCK;
+    dequant_quarter<In, BF16_OUT>(p, g, b, (int)(i % DEQUANT_THREADS_PER_BLOCK), w, i < quarters);
 #pragma unroll
     for (int k = 0; k < 4; ++k) w[k] = wn[k];
   }

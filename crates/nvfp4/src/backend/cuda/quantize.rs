@@ -12,7 +12,7 @@ use super::runtime::{Capture, Gpu, LaunchOptions, LaunchShape, StreamHandle};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
-use crate::backend::cuda::kernels::quantize::{QuantizeParams, AMAX_UNROLL, THREADS};
+use crate::backend::cuda::kernels::quantize::{QuantizeParams, AMAX_UNROLL, DEQUANT_THREADS_PER_BLOCK, THREADS};
 use crate::format::ScaleLayout;
 use crate::{Error, Result};
 
@@ -202,7 +202,8 @@ pub(crate) fn launch(
     check: bool,
 ) -> Result<()> {
     let [l, rows, cols] = x.shape;
-    let (values, scales, dequant, layout, dependent) = match out {
+    // `meta`: the NVFP4 output's; none for the dequantizing kernel.
+    let (values, scales, dequant, meta) = match out {
         QuantOut::Nvfp4(o) => {
             let m = &o.meta;
             if (m.l, m.rows, m.k) != (l, rows, cols) {
@@ -211,7 +212,7 @@ pub(crate) fn launch(
                     m.l, m.rows, m.k
                 )));
             }
-            (o.values, o.scales, 0, Some(m), false)
+            (o.values, o.scales, 0, Some(m))
         }
         QuantOut::Dequant(d) => {
             if d.shape != x.shape || d.dtype != x.dtype.dequant_type() {
@@ -225,7 +226,7 @@ pub(crate) fn launch(
                     d.dtype
                 )));
             }
-            (0, 0, d.addr, None, true)
+            (0, 0, d.addr, None)
         }
     };
     let blocks = l * rows * (cols / 16);
@@ -244,7 +245,8 @@ pub(crate) fn launch(
             "quantize: the finiteness check waits for the stream, which a CUDA graph capture on it forbids".into(),
         ));
     }
-    let blocked = layout.is_some_and(|m| m.layout == ScaleLayout::Blocked);
+    let dequantizing = meta.is_none();
+    let blocked = meta.is_some_and(|m| m.layout == ScaleLayout::Blocked);
     let params = QuantizeParams {
         x: x.addr,
         values,
@@ -265,11 +267,11 @@ pub(crate) fn launch(
     // Tiles of THREADS blocks (the dequantizing kernel: THREADS quarter blocks); one wave of CTAs
     // strides over them (the kernel prefetches the next tile while it quantizes one, which a CTA
     // waiting for a later wave could not overlap).
-    let per_block = if dependent { 4 } else { 1 };
+    let per_block = if dequantizing { DEQUANT_THREADS_PER_BLOCK } else { 1 };
     let tiles = (blocks * per_block).div_ceil(THREADS as usize);
-    let grid = tiles.min(ctas_per_sm(&k.quantize, x.dtype, dependent) as usize * gpu.info().sms as usize);
+    let grid = tiles.min(ctas_per_sm(&k.quantize, x.dtype, dequantizing) as usize * gpu.info().sms as usize);
     let grid = u32::try_from(grid).map_err(|_| Error::Shape(format!("quantize: {blocks} blocks exceed one launch")))?;
-    if let Some(m) = layout.filter(|m| blocked && m.scale_bytes() != blocks) {
+    if let Some(m) = meta.filter(|m| blocked && m.scale_bytes() != blocks) {
         gpu.memset_zero(scales, m.scale_bytes(), stream)?; // padding entries are zero
     }
     if check {
@@ -282,7 +284,7 @@ pub(crate) fn launch(
         let amax_grid = (gpu.info().sms as usize * 8).min(steps) as u32;
         gpu.launch(stream, &k.amax, LaunchShape::linear(amax_grid, THREADS, 0), &params)?;
     }
-    let shape = LaunchShape::linear(grid, THREADS, 0).with(LaunchOptions { dependent, cluster_x: 0 });
+    let shape = LaunchShape::linear(grid, THREADS, 0).with(LaunchOptions { dependent: dequantizing, cluster_x: 0 });
     gpu.launch(stream, &k.quantize, shape, &params)
 }
 

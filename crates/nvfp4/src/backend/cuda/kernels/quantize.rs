@@ -25,12 +25,15 @@ pub static QUANTIZE: KernelModule = KernelModule {
 pub const THREADS: u32 = 256;
 /// 16-blocks per thread and loop step in the amax pass.
 pub const AMAX_UNROLL: usize = 4;
+/// Threads per 16-block in the dequantizing pass (four elements each; the kernel's amax takes two
+/// shuffles, so it is 4).
+pub const DEQUANT_THREADS_PER_BLOCK: usize = 4;
 
 /// The `namespace quant` part of generated.cuh: the sizes above.
 pub fn cuda_sizes() -> String {
     format!(
-        "namespace quant {{\nconstexpr int THREADS = {THREADS};\nconstexpr int AMAX_UNROLL = {AMAX_UNROLL};\n}}  \
-         // namespace quant\n"
+        "namespace quant {{\nconstexpr int THREADS = {THREADS};\nconstexpr int AMAX_UNROLL = {AMAX_UNROLL};\n\
+         constexpr int DEQUANT_THREADS_PER_BLOCK = {DEQUANT_THREADS_PER_BLOCK};\n}}  // namespace quant\n"
     )
 }
 
