@@ -33,9 +33,10 @@ its tile from the launch's row count, so where its float32 sums round, a row's l
 the rows it is launched with (the one-GPU layer's outputs for a token likewise depend on the batch
 it came in).
 A rank's launch holds other rows than the one-GPU layer's (and, in W4A4, another gate/up kernel),
-so on the GPU the outputs are its bits where the sums are exact in float32 (``tests_gpu/test_ep_gpu``'s exact-tier data) and otherwise
-within the roundings' own tolerance (each of the three roundings at most one ulp apart). On the
-CPU backend (exact sums, one rounding) they are always its bits (``tests/test_moe_ep``).
+so on the GPU the outputs are its bits where the sums are exact in float32
+(``tests_gpu/test_ep_gpu``'s exact-tier data) and otherwise within the roundings' own tolerance
+(each of the three roundings at most one ulp apart). On the CPU backend (exact sums, one
+rounding) they are always its bits (``tests/test_moe_ep``).
 
 Two forms, chosen by ``capacity``:
 
