@@ -50,12 +50,18 @@ def stamped_calls(m, n, k):
     return calls, out
 
 
-def main(label, m, shapes):
+def stamped_shapes(label, m, shapes):
+    """(n, k, calls) for each shape whose child printed stamps; a line for each that did not."""
     for n, k in shapes:
         calls, out = stamped_calls(m, n, k)
-        if not calls:
+        if calls:
+            yield n, k, calls
+        else:
             print(f"{label} M={m} N={n} K={k}: no stamps (rc {out.returncode}) {out.stderr[-400:]}")
-            continue
+
+
+def main(label, m, shapes):
+    for n, k, calls in stamped_shapes(label, m, shapes):
         stats = {"ready": [], "first_w": [], "ml_end": [], "ep_end": [], "last": [], "entry_spread": [], "gap": []}
         for i, c in enumerate(calls):
             t = min(r[1] for r in c)

@@ -115,26 +115,59 @@ NVFP4_DEVICE bool reduce_pieces(const typename S::Params& p, Consumer<C>& cs, co
     sum_staged<C>(cs, sm, un, ws);
     return true;
   }
-  // From global memory, straight into the accumulators (this piece's own partial read back too):
-  // only the loads in flight of pieces 1.. need registers.
-  // (Never more quads than the thread holds: m256n16 has 4.)
-  constexpr int CHUNK_MAX = C::WM * Cs::NACC <= 64 ? 8 : 4, CHUNK = QUADS < CHUNK_MAX ? QUADS : CHUNK_MAX;
-  static_assert(QUADS % CHUNK == 0, "whole chunks");
+  if constexpr (QUADS <= 4) {
+    // Few accumulators (m256n16): PB pieces' quads in flight at once, summed in piece order into
+    // the accumulators, this piece's own from a copy of its registers.
+    // NOTE: against one piece per L2 round trip (the loop below), H200, M = 16: 0.4-0.5 µs faster
+    // at split 8 (4096 x 7168, ~13.4 µs), the same at split 4, stream-K and MoE decode (+-1%);
+    // the same at m256n32 (two pieces at a time) measured 0.3-1.1 µs slower (NOTES.md, session 23).
+    constexpr int PB = 16 / QUADS;
+    const int j = un.piece;
+    float4 own[QUADS];
 #pragma unroll
-  for (int q = 0; q < QUADS; ++q) cs.set_quad(q, ptx::ld_cg_v4(ws.at(0) + Cs::quad_offset(q)));
+    for (int q = 0; q < QUADS; ++q) own[q] = cs.quad(q);
 #pragma unroll 1
-  for (int sl = 1; sl < un.pieces; ++sl) {
-    const float* piece = ws.at(sl);
+    for (int s0 = 0; s0 < un.pieces; s0 += PB) {
+      float4 v[PB][QUADS];
 #pragma unroll
-    for (int q0 = 0; q0 < QUADS; q0 += CHUNK) {
-      float4 v[CHUNK];
+      for (int b = 0; b < PB; ++b) {
+        const int sl = s0 + b;
 #pragma unroll
-      for (int c = 0; c < CHUNK; ++c) v[c] = ptx::ld_cg_v4(piece + Cs::quad_offset(q0 + c));
+        for (int q = 0; q < QUADS; ++q)
+          v[b][q] = sl < un.pieces && sl != j ? ptx::ld_cg_v4(ws.at(sl) + Cs::quad_offset(q)) : own[q];
+      }
 #pragma unroll
-      for (int c = 0; c < CHUNK; ++c) cs.set_quad(q0 + c, add4(cs.quad(q0 + c), v[c]));
+      for (int b = 0; b < PB; ++b) {
+        const int sl = s0 + b;
+        if (sl < un.pieces) {
+#pragma unroll
+          for (int q = 0; q < QUADS; ++q) cs.set_quad(q, sl == 0 ? v[b][q] : add4(cs.quad(q), v[b][q]));
+        }
+      }
     }
+    return true;
+  } else {
+    // From global memory, straight into the accumulators (this piece's own partial read back too):
+    // only the loads in flight of pieces 1.. need registers.
+    // (Never more quads than the thread holds: m256n16 has 4.)
+    constexpr int CHUNK_MAX = C::WM * Cs::NACC <= 64 ? 8 : 4, CHUNK = QUADS < CHUNK_MAX ? QUADS : CHUNK_MAX;
+    static_assert(QUADS % CHUNK == 0, "whole chunks");
+#pragma unroll
+    for (int q = 0; q < QUADS; ++q) cs.set_quad(q, ptx::ld_cg_v4(ws.at(0) + Cs::quad_offset(q)));
+#pragma unroll 1
+    for (int sl = 1; sl < un.pieces; ++sl) {
+      const float* piece = ws.at(sl);
+#pragma unroll
+      for (int q0 = 0; q0 < QUADS; q0 += CHUNK) {
+        float4 v[CHUNK];
+#pragma unroll
+        for (int c = 0; c < CHUNK; ++c) v[c] = ptx::ld_cg_v4(piece + Cs::quad_offset(q0 + c));
+#pragma unroll
+        for (int c = 0; c < CHUNK; ++c) cs.set_quad(q0 + c, add4(cs.quad(q0 + c), v[c]));
+      }
+    }
+    return true;
   }
-  return true;
 }
 
 }  // namespace sm90

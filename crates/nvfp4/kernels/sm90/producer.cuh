@@ -75,6 +75,10 @@ NVFP4_DEVICE PackedTile packed_tile(const Sm90MainloopArgs& pr, const Unit& u) {
 
 // The first raw stages of the packed W of unit `u` (its first PREFETCH_STAGES, at most), asked
 // into L2 by one lane: for each 64-row group of the tile they are one contiguous run of chunks.
+// NOTE: asking every later raw stage into L2 too, 2, 4 or 8 openings of the walk ahead of its TMA
+// load (a second walk in the leader lane), measured 10-50% slower on the dense and MoE decode
+// calls (H200, 8192^2 M = 16 19.3 -> 21.6-22.6 µs; Qwen3 down 58.8 -> 77.6): more of each SM's
+// W in flight than the ring holds costs time, as more W stages did (NOTES.md, sessions 19, 23).
 template <class C, class S>
 NVFP4_DEVICE void prefetch_packed_w(const typename S::Params& p, const Unit& u) {
   constexpr i32 PREFETCH_STAGES = 4;
