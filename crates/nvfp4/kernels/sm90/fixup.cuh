@@ -119,7 +119,7 @@ NVFP4_DEVICE bool reduce_pieces(const typename S::Params& p, Consumer<C>& cs, co
     // Few accumulators (m256n16): PB pieces' quads in flight at once, summed in piece order into
     // the accumulators, this piece's own from a copy of its registers.
     // NOTE: against one piece per L2 round trip (the loop below), H200, M = 16: 0.4-0.5 µs faster
-    // at split 8 (4096 x 7168, ~13.4 µs), the same at split 4, stream-K and MoE decode (+-1%);
+    // at split 8 (4096 x 7168, ~13.4 µs), the same within noise at split 4, stream-K and MoE decode;
     // the same at m256n32 (two pieces at a time) measured 0.3-1.1 µs slower (NOTES.md, session 23).
     constexpr int PB = 16 / QUADS;
     const int j = un.piece;
