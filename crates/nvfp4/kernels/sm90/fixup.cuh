@@ -145,12 +145,10 @@ NVFP4_DEVICE bool reduce_pieces(const typename S::Params& p, Consumer<C>& cs, co
         }
       }
     }
-    return true;
   } else {
     // From global memory, straight into the accumulators (this piece's own partial read back too):
     // only the loads in flight of pieces 1.. need registers.
-    // (Never more quads than the thread holds: m256n16 has 4.)
-    constexpr int CHUNK_MAX = C::WM * Cs::NACC <= 64 ? 8 : 4, CHUNK = QUADS < CHUNK_MAX ? QUADS : CHUNK_MAX;
+    constexpr int CHUNK = C::WM * Cs::NACC <= 64 ? 8 : 4;
     static_assert(QUADS % CHUNK == 0, "whole chunks");
 #pragma unroll
     for (int q = 0; q < QUADS; ++q) cs.set_quad(q, ptx::ld_cg_v4(ws.at(0) + Cs::quad_offset(q)));
@@ -166,8 +164,8 @@ NVFP4_DEVICE bool reduce_pieces(const typename S::Params& p, Consumer<C>& cs, co
         for (int c = 0; c < CHUNK; ++c) cs.set_quad(q0 + c, add4(cs.quad(q0 + c), v[c]));
       }
     }
-    return true;
   }
+  return true;
 }
 
 }  // namespace sm90
