@@ -25,6 +25,6 @@ for v in kv24/main kv26/nomma; do
     python3 $A ncu 8192 8192 16 2>&1 | grep -vE "^==PROF==|^\s*$|^\s*-+\s*$" | tail -60
   echo "== ncu pipes $(basename $v) M=16"
   NVFP4_KERNELS_DIR=.gpu-carry/$v timeout 120 ncu --clock-control none -k regex:gemm_w4a16bf16p -s 3 -c 1 \
-    --metrics "regex:^sm__(inst_executed_pipe_|pipe_).*" python3 $A ncu 8192 8192 16 2>&1 | grep -E "pct_of_peak|\.sum " | grep -v " 0$" | head -80
+    --metrics "regex:^sm__(inst_executed_pipe_|pipe_).*" python3 $A ncu 8192 8192 16 2>&1 | grep -E "pct_of_peak|\.sum |ERR|rror" | grep -v " 0$" | head -80
   echo "t=$SECONDS"
 done
